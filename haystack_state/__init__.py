@@ -1,0 +1,63 @@
+"""haystack-state: a schema-driven, typed, durable State for Haystack tool-calling agents."""
+
+from haystack.core.serialization import allow_deserialization_module
+
+from haystack_state.errors import (
+    AgentRunError,
+    CheckpointError,
+    CheckpointNotFoundError,
+    CodecError,
+    HaystackStateError,
+    StateHandlerError,
+    StateSchemaError,
+    StateSerializationError,
+    StateTypeError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+    ToolArgumentsError,
+    ToolDefinitionError,
+    ToolExecutionError,
+    ToolInvocationError,
+    ToolMergeError,
+    ToolNotFoundError,
+    UnknownStateKeyError,
+)
+from haystack_state.handlers import RESET, add, merge_dicts, merge_lists, replace_values, unique
+from haystack_state.state import StagedState, State
+from haystack_state.values import FrozenDict, FrozenList, thaw
+
+# Our handlers and components are named by import path in serialized schemas and pipeline YAML; haystack-ai only
+# loads callables and classes from allowlisted modules, and this package is safe to load from.
+allow_deserialization_module("haystack_state")
+
+__all__ = [
+    "RESET",
+    "AgentRunError",
+    "CheckpointError",
+    "CheckpointNotFoundError",
+    "CodecError",
+    "FrozenDict",
+    "FrozenList",
+    "HaystackStateError",
+    "StagedState",
+    "State",
+    "StateHandlerError",
+    "StateSchemaError",
+    "StateSerializationError",
+    "StateTypeError",
+    "ThreadConflictError",
+    "ThreadNotFoundError",
+    "ToolArgumentsError",
+    "ToolDefinitionError",
+    "ToolExecutionError",
+    "ToolInvocationError",
+    "ToolMergeError",
+    "ToolNotFoundError",
+    "UnknownStateKeyError",
+    "add",
+    "merge_dicts",
+    "merge_lists",
+    "replace_values",
+    "thaw",
+    "unique",
+]

@@ -1,0 +1,174 @@
+"""
+The exceptions raised by haystack-state.
+
+Every error names its subject (the key, tool, parameter, thread or checkpoint at fault) and, where one
+exists, the fix. Each class also derives from the built-in exception that haystack-ai raises in the same
+situation, so ``except ValueError`` and ``except TypeError`` written for haystack-ai keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class HaystackStateError(Exception):
+    """Base class of every error raised by haystack-state."""
+
+
+# --- State -----------------------------------------------------------------------------------------
+
+
+class StateSchemaError(HaystackStateError, ValueError):
+    """
+    A state schema is invalid. Raised at construction, listing every problem of the schema at once.
+
+    :param problems: One human-readable sentence per problem, each naming the key at fault.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"Invalid state schema ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class UnknownStateKeyError(HaystackStateError, ValueError):
+    """A key that the state schema does not declare was read, written or reset."""
+
+    def __init__(self, key: str, known: list[str]) -> None:
+        self.key = key
+        self.known = sorted(known)
+        super().__init__(f"State key '{key}' is not in the schema. Known keys: {', '.join(self.known)}.")
+
+
+class StateTypeError(HaystackStateError, TypeError):
+    """A value written to the state does not match the type its key declares. The state is unchanged."""
+
+    def __init__(self, key: str, expected: str, value: Any, detail: str = "") -> None:
+        self.key = key
+        self.expected = expected
+        self.value = value
+        received = type(value).__name__
+        shown = repr(value)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        message = f"State key '{key}' expects {expected}, got {received} ({shown})."
+        if detail:
+            message += f" {detail}"
+        super().__init__(message)
+
+
+class StateHandlerError(HaystackStateError, RuntimeError):
+    """A merge handler raised while merging a value into a key. The state is unchanged."""
+
+    def __init__(self, key: str, handler: str, cause: BaseException) -> None:
+        self.key = key
+        self.handler = handler
+        super().__init__(
+            f"Handler '{handler}' failed while merging into state key '{key}': {type(cause).__name__}: {cause}. "
+            "The state is unchanged."
+        )
+
+
+class StateSerializationError(HaystackStateError, ValueError):
+    """A serialized state (``State.from_dict`` input) is malformed."""
+
+
+# --- Tools -----------------------------------------------------------------------------------------
+
+
+class ToolDefinitionError(HaystackStateError, ValueError):
+    """
+    A tool definition is invalid. Raised when the tool is created, listing every problem at once.
+
+    :param tool_name: The name of the tool at fault.
+    :param problems: One human-readable sentence per problem.
+    """
+
+    def __init__(self, tool_name: str, problems: list[str]) -> None:
+        self.tool_name = tool_name
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"Invalid tool '{tool_name}' ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class ToolInvocationError(HaystackStateError):
+    """
+    A tool call failed. Raised by ``ToolInvoker`` and ``Agent`` when failures are not sent back to the model.
+
+    :param tool_name: The tool that was called (as named by the model).
+    :param message: What went wrong.
+    """
+
+    def __init__(self, tool_name: str, message: str) -> None:
+        self.tool_name = tool_name
+        super().__init__(message)
+
+
+class ToolNotFoundError(ToolInvocationError):
+    """The model called a tool that is not available."""
+
+
+class ToolArgumentsError(ToolInvocationError):
+    """The model's arguments are not valid JSON or do not match the tool's parameters."""
+
+
+class ToolExecutionError(ToolInvocationError):
+    """The tool itself raised."""
+
+
+class ToolMergeError(ToolInvocationError):
+    """The tool's result could not be merged into the state (a handler or a type check failed)."""
+
+
+# --- Agent -----------------------------------------------------------------------------------------
+
+
+class AgentRunError(HaystackStateError):
+    """
+    An Agent run failed part-way. Carries the partial state, so nothing the run computed is lost.
+
+    :param message: What went wrong.
+    :param state: The State as it was when the run failed.
+    """
+
+    def __init__(self, message: str, state: Any) -> None:
+        self.state = state
+        super().__init__(message)
+
+
+# --- Persistence -----------------------------------------------------------------------------------
+
+
+class CheckpointError(HaystackStateError):
+    """Base class of the errors of checkpointers and the codec."""
+
+
+class ThreadNotFoundError(CheckpointError, KeyError):
+    """A thread id that the checkpointer does not hold."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(f"Thread '{thread_id}' has no checkpoints.")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class CheckpointNotFoundError(CheckpointError, KeyError):
+    """A checkpoint id that the thread does not hold."""
+
+    def __init__(self, thread_id: str, checkpoint_id: str) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+        super().__init__(f"Thread '{thread_id}' has no checkpoint '{checkpoint_id}'.")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ThreadConflictError(CheckpointError):
+    """Another run committed to the same thread first (optimistic versioning). Nothing of this commit was written."""
+
+
+class CodecError(CheckpointError, ValueError):
+    """A value cannot be encoded to, or decoded from, stored JSON."""

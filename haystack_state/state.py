@@ -1,0 +1,414 @@
+"""
+``State``: the typed, schema-driven scratchpad that tools read from and write to. A drop-in for haystack-ai's
+``State`` with typed writes, a reducer library, O(1) appends and isolation without deep copies.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from haystack.utils import _deserialize_value_with_schema, _serialize_value_with_schema
+
+from haystack_state.display import state_html, state_repr
+from haystack_state.errors import StateHandlerError, StateSerializationError, UnknownStateKeyError
+from haystack_state.handlers import RESET, merge_lists, replace_values
+from haystack_state.schema import FieldSpec, build_schema, schema_from_dict, schema_to_dict
+from haystack_state.values import SCALARS, freeze, needs_copy_on_read, read, thaw
+
+__all__ = ["State", "StagedState"]
+
+Handler = Callable[[Any, Any], Any]
+
+
+class State:
+    """
+    A container for the information an Agent and its tools share: typed, merged by handlers, isolated.
+
+    The schema maps each key to ``{"type": T, "handler": fn, "default": value_or_factory, "description": str}``;
+    only ``type`` is required. The handler defaults to ``merge_lists`` for list types and ``replace_values``
+    otherwise. A ``messages: list[ChatMessage]`` key is added unless the schema declares one.
+
+    Every write is checked against the key's type (nothing is coerced) and changes nothing when it fails.
+    Appends through ``merge_lists`` cost O(items appended). ``get`` and ``data`` never deep-copy: they hand out a
+    fresh top-level list/dict whose contents are read-only, so nothing a caller does to a value it read can
+    change the state (see ``haystack_state.values``). All methods are thread-safe.
+
+    ### Usage example
+    ```python
+    from haystack_state import State
+
+    state = State(schema={"documents": {"type": list}, "user_name": {"type": str}})
+    state.set("documents", [1, 2])
+    state.set("documents", [3, 4])
+    state.get("documents")         # [1, 2, 3, 4]
+    state.set("user_name", "Alice")
+    state.set("user_name", "Bob")
+    state.get("user_name")         # "Bob"
+    ```
+
+    :param schema: The schema: key -> entry.
+    :param data: Initial values. They are checked against the schema but not passed through handlers.
+    :raises StateSchemaError: If the schema is invalid (every problem listed).
+    :raises StateTypeError: If an initial value does not match its key's type.
+    :raises UnknownStateKeyError: If ``data`` holds a key the schema does not declare.
+    """
+
+    def __init__(self, schema: Mapping[str, Any], data: Mapping[str, Any] | None = None) -> None:
+        self._init(build_schema(schema))
+        initial = dict(data or {})
+        for key in initial:
+            self._spec(key)
+        for key, value in initial.items():
+            self._specs[key].check.check(key, value)
+        for key, value in initial.items():
+            self._store(key, value)
+        for key, spec in self._specs.items():
+            if key not in self._values and spec.has_default:
+                default = spec.make_default()
+                spec.check.check(key, default)
+                self._store(key, default)
+
+    def _init(self, specs: dict[str, FieldSpec]) -> None:
+        self._specs = specs
+        self._values: dict[str, Any] = {}
+        self._has_objects: dict[str, bool] = {}
+        self._lock = threading.RLock()
+        # Keys written by replace_values, with the immutable value types already accepted for them: such a write
+        # is one atomic store and skips the lock (see ``set``).
+        self._fast_types: dict[str, set[type]] = {
+            key: spec.check.accepted_scalars for key, spec in specs.items() if spec.handler is replace_values
+        }
+        # Keys appended to by merge_lists, with the check of their items.
+        self._appenders: dict[str, tuple[set[type], Callable[[str, Any], None]]] = {
+            key: (spec.item_check.accepted, spec.item_check.check)
+            for key, spec in specs.items()
+            if spec.handler is merge_lists and spec.is_list
+        }
+
+    # --- reading -----------------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> dict[str, dict[str, Any]]:
+        """The schema with the handlers filled in, ``messages`` included (a copy: editing it changes nothing)."""
+        return {key: spec.as_entry() for key, spec in self._specs.items()}
+
+    @property
+    def specs(self) -> dict[str, FieldSpec]:
+        """The normalised schema entries by key (a copy)."""
+        return dict(self._specs)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """
+        Read a value.
+
+        Lists and dicts come back as fresh top-level containers (one shallow copy, no deep copy); what is nested
+        inside them is read-only. Use ``haystack_state.thaw(value)`` for a fully mutable copy.
+
+        :param key: The key to read.
+        :param default: Returned when the key holds no value (or is not in the schema, as in haystack-ai).
+        :returns: The value, or ``default``.
+        """
+        with self._lock:
+            if key not in self._values:
+                return default
+            return read(self._values[key], self._has_objects.get(key))
+
+    def has(self, key: str) -> bool:
+        """
+        Whether the key holds a value.
+
+        :param key: The key.
+        :returns: True if the key was set, given initial data or a default.
+        """
+        return key in self._values
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """A snapshot of every value, read as ``get`` reads them. Later writes do not change it."""
+        with self._lock:
+            return {key: read(value, self._has_objects.get(key)) for key, value in self._values.items()}
+
+    def keys(self) -> list[str]:
+        """The keys the schema declares, ``messages`` included."""
+        return list(self._specs)
+
+    # --- writing -----------------------------------------------------------------------------------
+
+    def set(self, key: str, value: Any, handler_override: Handler | None = None) -> None:
+        """
+        Merge ``value`` into ``key`` with the key's handler (or ``handler_override``), after checking its type.
+
+        Writing ``RESET`` restores the key's initial value (see :meth:`reset`). On any error the state is
+        unchanged.
+
+        :param key: The key to write; it must be in the schema.
+        :param value: The value to merge. For ``merge_lists`` keys, an item or a list of items.
+        :param handler_override: A handler to use for this write instead of the schema's.
+        :raises UnknownStateKeyError: If the key is not in the schema (the error lists the known keys).
+        :raises StateTypeError: If the value (or, for ``merge_lists``, an item) does not match the key's type.
+        :raises StateHandlerError: If the handler raises.
+        :raises TypeError: If ``handler_override`` is not callable.
+        """
+        fast = self._fast_types.get(key)
+        if fast is not None and handler_override is None and type(value) in fast:
+            # An immutable value of a type this key already accepted, replacing the old one: a single dict store,
+            # atomic under the GIL, so it needs no lock. Locked writers re-check before they store (see _write).
+            self._values[key] = value
+            return
+        appender = self._appenders.get(key)
+        if appender is not None and handler_override is None and value is not RESET:
+            # merge_lists into a list key: check and freeze only the new items, then append in place.
+            accepted, check = appender
+            if type(value) is list:
+                for item in value:
+                    if type(item) not in accepted:
+                        check(key, item)
+                frozen = [freeze(item) for item in value]
+                has_objects = any(map(needs_copy_on_read, frozen))
+            else:
+                if type(value) not in accepted:
+                    check(key, value)
+                frozen = [freeze(value)]
+                has_objects = needs_copy_on_read(frozen[0])
+            with self._lock:
+                current = self._values.get(key)
+                if type(current) is list:
+                    current += frozen
+                    if has_objects:
+                        self._has_objects[key] = True
+                    return
+                if current is None:
+                    self._values[key] = frozen
+                    self._has_objects[key] = has_objects
+                    return
+        with self._lock:
+            self._write(key, value, handler_override)
+
+    def reset(self, key: str) -> None:
+        """
+        Restore a key's initial value: its ``default`` if the schema declares one, otherwise no value at all
+        (``has(key)`` is False and ``get(key)`` returns its default argument).
+
+        :param key: The key to reset.
+        :raises UnknownStateKeyError: If the key is not in the schema.
+        """
+        with self._lock:
+            self._write(key, RESET, None)
+
+    def update(self, values: Mapping[str, Any]) -> None:
+        """
+        Merge several values at once, atomically: either every write succeeds or the state is unchanged.
+
+        :param values: key -> value, each merged with its key's handler.
+        """
+        self.apply([(key, value, None) for key, value in values.items()])
+
+    def apply(self, writes: list[tuple[str, Any, Handler | None]]) -> None:
+        """
+        Apply ``(key, value, handler_override)`` writes in order, atomically: if one fails, the ones before it are
+        undone and the error propagates.
+
+        :param writes: The writes, as ``set`` takes them.
+        """
+        with self._lock, self._atomic({key for key, _, _ in writes}) as written:
+            for key, value, handler in writes:
+                self._write(key, value, handler)
+                written[key] = self._values.get(key)
+
+    def stage(self) -> StagedState:
+        """
+        A staged view of this state: reads see this state plus the staged writes; writes are checked at once but
+        reach this state only on :meth:`StagedState.commit`, all or nothing. Tools receive such a view, so a
+        tool that fails leaves the state untouched.
+
+        :returns: The staged view.
+        """
+        return StagedState(self)
+
+    # --- internals -----------------------------------------------------------------------------------
+
+    def _spec(self, key: str) -> FieldSpec:
+        try:
+            return self._specs[key]
+        except KeyError:
+            raise UnknownStateKeyError(key, list(self._specs)) from None
+
+    def _store(self, key: str, value: Any) -> None:
+        """Store an already-checked whole value."""
+        spec = self._specs[key]
+        if spec.is_list and isinstance(value, list):
+            items = [freeze(item) for item in value]
+            self._values[key] = items
+            self._has_objects[key] = any(map(needs_copy_on_read, items))
+        else:
+            self._values[key] = freeze(value)
+
+    def _write(self, key: str, value: Any, handler_override: Handler | None) -> None:
+        spec = self._spec(key)
+        if handler_override is not None and not callable(handler_override):
+            raise TypeError(f"handler_override for state key '{key}' must be callable, got {handler_override!r}.")
+        if value is RESET:
+            default = spec.make_default() if spec.has_default else None
+            if spec.has_default:
+                spec.check.check(key, default)
+            self._values.pop(key, None)
+            self._has_objects.pop(key, None)
+            if spec.has_default:
+                self._store(key, default)
+            return
+        handler = handler_override or spec.handler
+        current = self._values.get(key)
+        if handler is merge_lists and spec.is_list and (current is None or type(current) is list):
+            items = value if type(value) is list else [value]
+            check = spec.item_check.check
+            for item in items:
+                check(key, item)
+            frozen = [freeze(item) for item in items]
+            has_objects = any(map(needs_copy_on_read, frozen))
+            if current is None:
+                self._values[key] = frozen
+                self._has_objects[key] = has_objects
+            else:
+                current.extend(frozen)
+                if has_objects:
+                    self._has_objects[key] = True
+            return
+        while True:
+            readable = None if key not in self._values else read(current, self._has_objects.get(key))
+            try:
+                merged = handler(readable, value)
+            except Exception as exc:
+                name = getattr(handler, "__qualname__", None) or getattr(handler, "__name__", repr(handler))
+                raise StateHandlerError(key, name, exc) from exc
+            spec.check.check(key, merged)
+            if self._values.get(key) is current:  # no lock-free store slipped in while the handler ran
+                self._store(key, merged)
+                return
+            current = self._values.get(key)
+
+    @contextmanager
+    def _atomic(self, keys: set[str]) -> Iterator[dict[str, Any]]:
+        """
+        Undo every change the block makes to ``keys`` if it raises. The block records in the yielded dict what it
+        stored last for each key; a key whose value has changed since (a lock-free store that came later) keeps
+        that later value.
+        """
+        saved = {}
+        for key in keys:
+            if key in self._values:
+                value = self._values[key]
+                length = len(value) if type(value) is list else None
+                saved[key] = (value, length, self._has_objects.get(key))
+        written: dict[str, Any] = {}
+        try:
+            yield written
+        except BaseException:
+            for key in keys:
+                if key in written and self._values.get(key) is not written[key]:
+                    continue
+                if key in saved:
+                    value, length, has_objects = saved[key]
+                    if length is not None:
+                        del value[length:]
+                    self._values[key] = value
+                    if has_objects is not None:
+                        self._has_objects[key] = has_objects
+                else:
+                    self._values.pop(key, None)
+                    self._has_objects.pop(key, None)
+            raise
+
+    # --- serialisation and display --------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serialise the schema and the values, in haystack-ai's format.
+
+        :returns: ``{"schema": ..., "data": ...}``.
+        :raises StateSerializationError: If a value cannot be serialised (the error names the key).
+        """
+        with self._lock:
+            values = {key: thaw(value) for key, value in self._values.items()}
+        data = {}
+        for key, value in values.items():
+            try:
+                data[key] = _serialize_value_with_schema(value)
+            except Exception as exc:
+                raise StateSerializationError(f"State key '{key}' cannot be serialized: {exc}") from exc
+        return {"schema": schema_to_dict(self._specs), "data": self._merge_serialized(data)}
+
+    @staticmethod
+    def _merge_serialized(per_key: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        properties = {key: item["serialization_schema"] for key, item in per_key.items()}
+        return {
+            "serialization_schema": {"type": "object", "properties": properties},
+            "serialized_data": {key: item["serialized_data"] for key, item in per_key.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> State:
+        """
+        Rebuild a State from :meth:`to_dict` output (or haystack-ai's ``State.to_dict``). Returns ``cls``.
+
+        :param data: The serialised state.
+        :returns: An instance of ``cls``.
+        :raises StateSerializationError: If the input is malformed.
+        """
+        if not isinstance(data, Mapping) or "schema" not in data:
+            raise StateSerializationError("State.from_dict expects a dict with 'schema' and 'data' entries.")
+        schema = schema_from_dict(data["schema"])
+        raw = data.get("data") or {}
+        try:
+            values = _deserialize_value_with_schema(raw) if raw else {}
+        except Exception as exc:
+            raise StateSerializationError(f"State.from_dict cannot read the 'data' entry: {exc}") from exc
+        if not isinstance(values, dict):
+            raise StateSerializationError(f"State.from_dict: 'data' must hold an object, got {type(values).__name__}.")
+        return cls(schema, values)
+
+    def __repr__(self) -> str:
+        with self._lock:
+            return state_repr(type(self).__name__, self._specs, self._values)
+
+    def _repr_html_(self) -> str:
+        with self._lock:
+            return state_html(self._specs, self._values)
+
+
+class StagedState(State):
+    """
+    Writes staged on top of a parent :class:`State`, applied to it by :meth:`commit` all at once or not at all.
+    It is a ``State`` (tools annotated ``state: State`` accept it) with the parent's schema.
+
+    :param parent: The state to stage writes for.
+    """
+
+    def __init__(self, parent: State) -> None:  # noqa: D107 - documented on the class
+        with parent._lock:
+            self._init(parent._specs)
+            self._values = {
+                key: (list(value) if isinstance(value, list) and type(value) is list else value)
+                for key, value in parent._values.items()
+            }
+            self._has_objects = dict(parent._has_objects)
+        self._fast_types = {}  # every write goes through _write, which records it
+        self._appenders = {}
+        self.parent = parent
+        self.writes: list[tuple[str, Any, Handler | None]] = []
+
+    def _write(self, key: str, value: Any, handler_override: Handler | None) -> None:
+        super()._write(key, value, handler_override)
+        self.writes.append((key, value, handler_override))
+
+    def commit(self) -> None:
+        """
+        Apply the staged writes to the parent state, in order, all or nothing.
+
+        :raises StateTypeError: If a write no longer fits (the parent is unchanged).
+        :raises StateHandlerError: If a handler raises (the parent is unchanged).
+        """
+        self.parent.apply(self.writes)
+        self.writes = []
