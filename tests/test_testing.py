@@ -1,0 +1,461 @@
+"""Tests of haystack_state.testing.ScriptedChatGenerator."""
+
+import asyncio
+import inspect
+import json
+from typing import Any
+
+import pytest
+from haystack import Pipeline
+from haystack.components.agents import Agent
+from haystack.core.errors import PipelineRuntimeError
+from haystack.dataclasses import ChatMessage, StreamingChunk, ToolCall
+from haystack.tools import Toolset
+from haystack.tools.tool import Tool
+
+from haystack_state.errors import HaystackStateError
+from haystack_state.testing import ScriptedCall, ScriptedChatGenerator, ScriptError
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def multiply(a: int, b: int) -> int:
+    return a * b
+
+
+@pytest.fixture
+def add_tool() -> Tool:
+    return Tool(name="add", description="Add two integers.", parameters=SCHEMA, function=add)
+
+
+@pytest.fixture
+def mul_tool() -> Tool:
+    return Tool(name="multiply", description="Multiply two integers.", parameters=SCHEMA, function=multiply)
+
+
+def echo_policy(messages: list[ChatMessage], tools: list[Tool]) -> str:
+    """A module-level policy, so it can be serialized."""
+    return f"{messages[-1].text} | tools: {','.join(t.name for t in tools) or '-'}"
+
+
+def user(text: str) -> list[ChatMessage]:
+    return [ChatMessage.from_user(text)]
+
+
+def reassemble(chunks: list[StreamingChunk]) -> tuple[str, list[ToolCall]]:
+    """Rebuild the text and tool calls from streamed chunks, the way a consumer would."""
+    text = "".join(c.content for c in chunks)
+    calls: dict[int, dict[str, str]] = {}
+    for chunk in chunks:
+        for delta in chunk.tool_calls or []:
+            entry = calls.setdefault(delta.index, {"id": "", "name": "", "args": ""})
+            entry["id"] = delta.id or entry["id"]
+            entry["name"] += delta.tool_name or ""
+            entry["args"] += delta.arguments or ""
+    tool_calls = [ToolCall(e["name"], json.loads(e["args"]), e["id"]) for _, e in sorted(calls.items())]
+    return text, tool_calls
+
+
+# --- replies -----------------------------------------------------------------------------------------
+
+
+def test_text_reply_has_meta_like_a_real_generator() -> None:
+    generator = ScriptedChatGenerator(script=["Hello there."])
+    [reply] = generator.run(user("hi"))["replies"]
+
+    assert reply.is_from("assistant")
+    assert reply.text == "Hello there."
+    assert reply.tool_calls == []
+    assert reply.meta["model"] == "scripted"
+    assert reply.meta["finish_reason"] == "stop"
+    usage = reply.meta["usage"]
+    assert usage["prompt_tokens"] > 0
+    assert usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_usage_is_deterministic_and_grows_with_the_prompt(add_tool: Tool) -> None:
+    def usage(messages: list[ChatMessage], tools: list[Tool] | None = None) -> dict[str, int]:
+        return dict(
+            ScriptedChatGenerator(script=["same answer"]).run(messages, tools=tools)["replies"][0].meta["usage"]
+        )
+
+    assert usage(user("hi")) == usage(user("hi"))
+    assert usage(user("hi " * 100))["prompt_tokens"] > usage(user("hi"))["prompt_tokens"]
+    assert usage(user("hi"), [add_tool])["prompt_tokens"] > usage(user("hi"))["prompt_tokens"]
+    assert usage(user("hi " * 100))["completion_tokens"] == usage(user("hi"))["completion_tokens"]
+
+
+def test_string_messages_are_a_user_message() -> None:
+    generator = ScriptedChatGenerator(script=["ok"])
+    generator.run("just a string")
+
+    assert generator.calls[0].messages == [ChatMessage.from_user("just a string")]
+
+
+def test_tool_call_ids_count_across_calls(add_tool: Tool) -> None:
+    generator = ScriptedChatGenerator(
+        script=[[("add", {"a": 1, "b": 2}), ("add", {"a": 3, "b": 4})], [("add", {"a": 5, "b": 6})], "done"]
+    )
+    first = generator.run(user("go"), tools=[add_tool])["replies"][0]
+    second = generator.run(user("go"), tools=[add_tool])["replies"][0]
+    third = generator.run(user("go"), tools=[add_tool])["replies"][0]
+
+    assert [(c.tool_name, c.arguments, c.id) for c in first.tool_calls] == [
+        ("add", {"a": 1, "b": 2}, "call_1"),
+        ("add", {"a": 3, "b": 4}, "call_2"),
+    ]
+    assert [c.id for c in second.tool_calls] == ["call_3"]
+    assert first.text is None
+    assert first.meta["finish_reason"] == "tool_calls"
+    assert third.meta["finish_reason"] == "stop"
+
+
+def test_mixed_text_and_tool_calls(add_tool: Tool) -> None:
+    generator = ScriptedChatGenerator(script=[{"text": "Adding.", "tool_calls": [("add", {"a": 1, "b": 2})]}])
+    [reply] = generator.run(user("go"), tools=[add_tool])["replies"]
+
+    assert reply.text == "Adding."
+    assert reply.tool_calls == [ToolCall("add", {"a": 1, "b": 2}, "call_1")]
+    assert reply.meta["finish_reason"] == "tool_calls"
+
+
+def test_single_pair_and_list_forms_are_accepted(add_tool: Tool) -> None:
+    generator = ScriptedChatGenerator(
+        script=[("add", {"a": 1, "b": 1}), [["add", {"a": 2, "b": 2}]], {"tool_calls": [["add", {"a": 3, "b": 3}]]}]
+    )
+    args = [generator.run(user("x"), tools=[add_tool])["replies"][0].tool_calls[0].arguments for _ in range(3)]
+
+    assert args == [{"a": 1, "b": 1}, {"a": 2, "b": 2}, {"a": 3, "b": 3}]
+
+
+def test_scripted_arguments_are_copied(add_tool: Tool) -> None:
+    arguments = {"a": 1, "b": 2}
+    generator = ScriptedChatGenerator(script=[[("add", arguments)]])
+    reply = generator.run(user("x"), tools=[add_tool])["replies"][0]
+    reply.tool_calls[0].arguments["a"] = 99
+
+    assert arguments == {"a": 1, "b": 2}
+    assert generator.to_dict()["init_parameters"]["script"] == [[["add", {"a": 1, "b": 2}]]]
+
+
+def test_chat_message_reply_is_returned_as_is() -> None:
+    message = ChatMessage.from_assistant("verbatim", meta={"custom": True})
+    [reply] = ScriptedChatGenerator(script=[message]).run(user("x"))["replies"]
+
+    assert reply is message
+
+
+def test_policy_receives_messages_and_flattened_tools(add_tool: Tool, mul_tool: Tool) -> None:
+    seen: list[tuple[list[ChatMessage], list[str]]] = []
+
+    def policy(messages: list[ChatMessage], tools: list[Tool]) -> Any:
+        seen.append((messages, [t.name for t in tools]))
+        if messages[-1].tool_call_result is not None:
+            return f"The result is {messages[-1].tool_call_result.result}."
+        return [("multiply", {"a": 6, "b": 7})]
+
+    generator = ScriptedChatGenerator(policy=policy)
+    tools: list[Tool | Toolset] = [add_tool, Toolset([mul_tool])]
+    first = generator.run(user("6 x 7?"), tools=tools)["replies"][0]
+    tool_msg = ChatMessage.from_tool("42", origin=first.tool_calls[0])
+    second = generator.run([*user("6 x 7?"), first, tool_msg], tools=tools)["replies"][0]
+
+    assert first.tool_calls[0].tool_name == "multiply"
+    assert first.tool_calls[0].id == "call_1"
+    assert second.text == "The result is 42."
+    assert [names for _, names in seen] == [["add", "multiply"], ["add", "multiply"]]
+    assert len(seen[1][0]) == 3
+    assert generator.remaining is None
+
+
+def test_policy_reply_is_validated_against_tools(add_tool: Tool) -> None:
+    generator = ScriptedChatGenerator(policy=lambda messages, tools: [("delete_everything", {})])
+
+    with pytest.raises(ScriptError, match="'delete_everything'"):
+        generator.run(user("x"), tools=[add_tool])
+
+
+# --- streaming ---------------------------------------------------------------------------------------
+
+
+def test_streaming_text_chunks_concatenate_to_the_text() -> None:
+    text = "A streamed reply, cut into chunks of five characters."
+    chunks: list[StreamingChunk] = []
+    generator = ScriptedChatGenerator(script=[text], chunk_size=5)
+    [reply] = generator.run(user("hi"), streaming_callback=chunks.append)["replies"]
+
+    assert reply.text == text
+    assert "".join(c.content for c in chunks) == text
+    content = [c for c in chunks if c.content]
+    assert len(content) == -(-len(text) // 5)
+    assert all(len(c.content) <= 5 for c in content)
+    assert [c.start for c in content] == [True] + [False] * (len(content) - 1)
+    assert all(c.index == 0 for c in content)
+    assert chunks[-1].finish_reason == "stop"
+    assert chunks[-1].meta["usage"] == reply.meta["usage"]
+    assert chunks[0].component_info is not None
+    assert chunks[0].component_info.type == "haystack_state.testing.ScriptedChatGenerator"
+    assert generator.calls[0].streamed is True
+
+
+def test_streaming_tool_calls_reassemble_to_the_reply(add_tool: Tool, mul_tool: Tool) -> None:
+    script = [{"text": "Working on it.", "tool_calls": [("add", {"a": 10, "b": 20}), ("multiply", {"a": 3, "b": 4})]}]
+    chunks: list[StreamingChunk] = []
+    generator = ScriptedChatGenerator(script=script, chunk_size=4)
+    [reply] = generator.run(user("go"), tools=[add_tool, mul_tool], streaming_callback=chunks.append)["replies"]
+
+    text, tool_calls = reassemble(chunks)
+    assert text == reply.text == "Working on it."
+    assert tool_calls == reply.tool_calls
+    assert [c.id for c in tool_calls] == ["call_1", "call_2"]
+    starts = [c for c in chunks if c.tool_calls and c.start]
+    assert [c.tool_calls[0].tool_name for c in starts if c.tool_calls] == ["add", "multiply"]
+    assert len([c for c in chunks if c.tool_calls]) > 2  # arguments arrive in several deltas
+    assert chunks[-1].finish_reason == "tool_calls"
+
+
+def test_no_chunks_without_a_callback() -> None:
+    generator = ScriptedChatGenerator(script=["x"])
+    generator.run(user("hi"))
+
+    assert generator.calls[0].streamed is False
+
+
+def test_init_streaming_callback_is_used() -> None:
+    chunks: list[StreamingChunk] = []
+    generator = ScriptedChatGenerator(script=["from init"], streaming_callback=chunks.append)
+    generator.run(user("hi"))
+
+    assert "".join(c.content for c in chunks) == "from init"
+
+
+# --- recording ---------------------------------------------------------------------------------------
+
+
+def test_calls_record_messages_tools_and_replies(add_tool: Tool, mul_tool: Tool) -> None:
+    generator = ScriptedChatGenerator(script=["one", "two"])
+    messages = [ChatMessage.from_system("Be brief."), *user("first")]
+    generator.run(messages, tools=Toolset([add_tool, mul_tool]), generation_kwargs={"temperature": 0})
+    messages.append(ChatMessage.from_user("mutated after the call"))
+    generator.run(user("second"))
+
+    first, second = generator.calls
+    assert isinstance(first, ScriptedCall)
+    assert first.number == 1
+    assert [m.text for m in first.messages] == ["Be brief.", "first"]
+    assert first.tool_names == ["add", "multiply"]
+    assert first.tools == [add_tool, mul_tool]
+    assert first.generation_kwargs == {"temperature": 0}
+    assert first.reply is not None
+    assert first.reply.text == "one"
+    assert second.number == 2
+    assert second.tool_names == []
+    assert generator.remaining == 0
+
+
+def test_reset_rewinds_script_ids_and_calls(add_tool: Tool) -> None:
+    generator = ScriptedChatGenerator(script=[[("add", {"a": 1, "b": 1})]])
+    generator.run(user("x"), tools=[add_tool])
+    generator.reset()
+    reply = generator.run(user("x"), tools=[add_tool])["replies"][0]
+
+    assert reply.tool_calls[0].id == "call_1"
+    assert len(generator.calls) == 1
+
+
+# --- errors ------------------------------------------------------------------------------------------
+
+
+def test_exhausted_script_says_how_many_replies_and_which_call() -> None:
+    generator = ScriptedChatGenerator(script=["one", "two"])
+    generator.run(user("1"))
+    generator.run(user("2"))
+
+    with pytest.raises(ScriptError, match=r"has 2 replies, and call 3 asked for one more") as info:
+        generator.run(user("3"))
+    assert isinstance(info.value, RuntimeError)
+    assert isinstance(info.value, HaystackStateError)
+    assert len(generator.calls) == 3  # the failing call is recorded too
+    assert generator.calls[2].reply is None
+
+
+def test_exhausted_single_reply_script_grammar() -> None:
+    generator = ScriptedChatGenerator(script=[])
+    with pytest.raises(ScriptError, match=r"has 0 replies, and call 1 asked"):
+        generator.run(user("1"))
+    generator = ScriptedChatGenerator(script=["only"])
+    generator.run(user("1"))
+    with pytest.raises(ScriptError, match=r"has 1 reply, and call 2 asked"):
+        generator.run(user("2"))
+
+
+def test_unknown_tool_names_the_tool_and_the_available_ones(add_tool: Tool, mul_tool: Tool) -> None:
+    generator = ScriptedChatGenerator(script=[[("search", {"q": "x"})], "after"])
+
+    with pytest.raises(ScriptError) as info:
+        generator.run(user("x"), tools=[add_tool, mul_tool])
+    message = str(info.value)
+    assert "'search'" in message
+    assert "'add', 'multiply'" in message
+    assert "script reply 1 (for call 1)" in message
+    assert generator.remaining == 2  # the failed reply was not consumed
+
+    with pytest.raises(ScriptError, match="no tools were passed"):
+        generator.run(user("x"))
+
+
+def test_validate_tools_false_allows_any_tool_name() -> None:
+    generator = ScriptedChatGenerator(script=[[("search", {"q": "x"})]], validate_tools=False)
+
+    assert generator.run(user("x"))["replies"][0].tool_calls[0].tool_name == "search"
+
+
+def test_tool_names_in_chat_message_replies_are_validated(add_tool: Tool) -> None:
+    message = ChatMessage.from_assistant(tool_calls=[ToolCall("nope", {}, "id-1")])
+
+    with pytest.raises(ScriptError, match="'nope'"):
+        ScriptedChatGenerator(script=[message]).run(user("x"), tools=[add_tool])
+
+
+def test_constructor_errors() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        ScriptedChatGenerator()
+    with pytest.raises(ValueError, match="exactly one"):
+        ScriptedChatGenerator(script=["a"], policy=echo_policy)
+    with pytest.raises(ValueError, match="chunk_size"):
+        ScriptedChatGenerator(script=["a"], chunk_size=0)
+    with pytest.raises(TypeError, match="Script reply 2"):
+        ScriptedChatGenerator(script=["fine", 42])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="Script reply 1: a tool call"):
+        ScriptedChatGenerator(script=[[("add", "not a dict")]])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="wrap a single reply"):
+        ScriptedChatGenerator(script="not a list")
+
+
+# --- serialization and pipelines ----------------------------------------------------------------------
+
+
+def test_to_dict_from_dict_round_trip(add_tool: Tool) -> None:
+    script: list[Any] = [
+        "text",
+        [("add", {"a": 1, "b": 2})],
+        {"text": "both", "tool_calls": [("add", {"a": 3, "b": 4})]},
+        ChatMessage.from_assistant("as is", meta={"k": "v"}),
+    ]
+    generator = ScriptedChatGenerator(script=script, chunk_size=3, model="m", validate_tools=False)
+    data = generator.to_dict()
+
+    assert data["type"] == "haystack_state.testing.ScriptedChatGenerator"
+    params = data["init_parameters"]
+    assert params["script"][:3] == [
+        "text",
+        [["add", {"a": 1, "b": 2}]],
+        {"text": "both", "tool_calls": [["add", {"a": 3, "b": 4}]]},
+    ]
+    assert params["policy"] is None
+    assert (params["chunk_size"], params["model"], params["validate_tools"]) == (3, "m", False)
+
+    restored = ScriptedChatGenerator.from_dict(data)
+    assert restored.to_dict() == data
+    original_replies = [generator.run(user("x"), tools=[add_tool])["replies"][0] for _ in script]
+    restored_replies = [restored.run(user("x"), tools=[add_tool])["replies"][0] for _ in script]
+    assert restored_replies == original_replies
+
+
+def test_policy_serializes_by_import_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = ScriptedChatGenerator(policy=echo_policy).to_dict()
+    assert data["init_parameters"]["policy"] == f"{__name__}.echo_policy"
+    assert data["init_parameters"]["script"] is None
+
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", __name__)
+    restored = ScriptedChatGenerator.from_dict(data)
+    assert restored.policy is echo_policy
+    assert restored.run(user("ping"))["replies"][0].text == "ping | tools: -"
+
+
+def test_pipeline_yaml_round_trip_and_run(add_tool: Tool) -> None:
+    pipeline = Pipeline()
+    pipeline.add_component("llm", ScriptedChatGenerator(script=[[("add", {"a": 1, "b": 2})], "three"]))
+    yaml_text = pipeline.dumps()
+    assert "ScriptedChatGenerator" in yaml_text
+
+    loaded = Pipeline.loads(yaml_text, allowed_modules=["haystack_state"])
+    assert loaded.dumps() == yaml_text
+    first = loaded.run({"llm": {"messages": user("1 + 2?"), "tools": [add_tool]}})["llm"]["replies"][0]
+    second = loaded.run({"llm": {"messages": user("and?")}})["llm"]["replies"][0]
+
+    assert first.tool_calls == [ToolCall("add", {"a": 1, "b": 2}, "call_1")]
+    assert second.text == "three"
+    with pytest.raises(PipelineRuntimeError, match="script is exhausted"):
+        loaded.run({"llm": {"messages": user("more?")}})
+
+
+def test_pipeline_with_policy_round_trip() -> None:
+    pipeline = Pipeline()
+    pipeline.add_component("llm", ScriptedChatGenerator(policy=echo_policy))
+    loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["haystack_state", __name__])
+
+    assert loaded.run({"llm": {"messages": user("yaml")}})["llm"]["replies"][0].text == "yaml | tools: -"
+
+
+# --- async and agents ------------------------------------------------------------------------------
+
+
+def test_run_and_run_async_take_the_same_parameters() -> None:
+    run = inspect.signature(ScriptedChatGenerator.run)
+    run_async = inspect.signature(ScriptedChatGenerator.run_async)
+
+    assert run.parameters == run_async.parameters
+    assert list(run.parameters) == ["self", "messages", "tools", "streaming_callback", "generation_kwargs"]
+
+
+def test_run_async_with_async_and_sync_callbacks(add_tool: Tool) -> None:
+    async_chunks: list[StreamingChunk] = []
+    sync_chunks: list[StreamingChunk] = []
+
+    async def on_chunk(chunk: StreamingChunk) -> None:
+        await asyncio.sleep(0)
+        async_chunks.append(chunk)
+
+    generator = ScriptedChatGenerator(script=["async reply", [("add", {"a": 1, "b": 1})]])
+
+    async def scenario() -> tuple[ChatMessage, ChatMessage]:
+        first = (await generator.run_async(user("x"), streaming_callback=on_chunk))["replies"][0]
+        second = (await generator.run_async(user("y"), tools=[add_tool], streaming_callback=sync_chunks.append))[
+            "replies"
+        ][0]
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    assert first.text == "async reply"
+    assert "".join(c.content for c in async_chunks) == "async reply"
+    assert reassemble(sync_chunks)[1] == second.tool_calls
+    assert second.tool_calls[0].id == "call_1"
+
+
+def test_sync_run_rejects_an_async_callback() -> None:
+    async def on_chunk(chunk: StreamingChunk) -> None:
+        pass
+
+    with pytest.raises(ValueError, match="coroutine"):
+        ScriptedChatGenerator(script=["x"]).run(user("x"), streaming_callback=on_chunk)
+
+
+def test_drives_a_haystack_agent(add_tool: Tool) -> None:
+    generator = ScriptedChatGenerator(script=[[("add", {"a": 20, "b": 22})], "The answer is 42."])
+    agent = Agent(chat_generator=generator, tools=[add_tool])
+    result = agent.run(messages=user("What is 20 + 22?"))
+
+    assert result["last_message"].text == "The answer is 42."
+    tool_message = generator.calls[1].messages[-1]
+    assert tool_message.tool_call_result is not None
+    assert tool_message.tool_call_result.result == "42"
+    assert tool_message.tool_call_result.origin.id == "call_1"
+    assert generator.calls[0].tool_names == ["add"]
+    replies = [c.reply for c in generator.calls if c.reply is not None]
+    assert result["token_usage"]["total_tokens"] == sum(r.meta["usage"]["total_tokens"] for r in replies)
