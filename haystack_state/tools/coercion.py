@@ -1,0 +1,103 @@
+"""
+Converting the JSON values a model sends into the Python types a tool's function declares.
+
+The model sends JSON: a dataclass parameter arrives as a dict, an Enum as its value, a pydantic model as a dict.
+Before a function tool is called, each model-visible argument goes through ``pydantic.TypeAdapter(annotation)``
+so the function receives a dataclass instance, an Enum member, a model instance (values that already have the
+right type pass through unchanged). A dict (or a list of dicts) for a class with a ``from_dict`` classmethod
+(haystack's ``Document``, ``ChatMessage``...) is converted with ``from_dict`` instead, as haystack-ai's
+``ComponentTool`` does. Values of types pydantic cannot validate are passed through as they are.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import functools
+from collections.abc import Mapping
+from typing import Any, get_args, get_origin
+
+from pydantic import TypeAdapter
+
+from haystack_state.tools.annotations import unwrap_optional
+
+__all__ = ["coerce_arguments", "coerce_value"]
+
+_UNHANDLED: Any = object()
+
+
+def coerce_arguments(annotations: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """
+    Convert the arguments named in ``annotations`` to their types; leave the others untouched.
+
+    Usage example:
+
+    .. code-block:: python
+
+        from enum import Enum
+
+        class Unit(Enum):
+            C = "celsius"
+
+        assert coerce_arguments({"unit": Unit}, {"unit": "celsius", "state": object()})["unit"] is Unit.C
+
+    :param annotations: The annotation of each model-visible parameter.
+    :param arguments: The call's keyword arguments.
+    :returns: A new dict of arguments.
+    :raises pydantic.ValidationError: If a value does not fit its parameter's type.
+    """
+    result = dict(arguments)
+    for name, annotation in annotations.items():
+        if name in result:
+            result[name] = coerce_value(result[name], annotation)
+    return result
+
+
+def coerce_value(value: Any, annotation: Any) -> Any:
+    """
+    Convert one value to the type of its parameter.
+
+    :param value: The value (typically parsed JSON).
+    :param annotation: The parameter's annotation.
+    :returns: The converted value.
+    :raises pydantic.ValidationError: If the value does not fit the type.
+    """
+    converted = _from_dict(value, unwrap_optional(annotation))
+    if converted is not _UNHANDLED:
+        return converted
+    adapter = _adapter(annotation)
+    return adapter.validate_python(value) if adapter is not None else value
+
+
+def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
+    try:
+        return _cached_adapter(annotation)
+    except TypeError:  # unhashable annotation (e.g. Annotated with a dict): build it uncached
+        return _build_adapter(annotation)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_adapter(annotation: Any) -> TypeAdapter[Any] | None:
+    return _build_adapter(annotation)
+
+
+def _build_adapter(annotation: Any) -> TypeAdapter[Any] | None:
+    try:
+        return TypeAdapter(annotation)
+    except Exception:  # a type pydantic cannot validate: pass values through
+        return None
+
+
+def _from_dict(value: Any, target: Any) -> Any:
+    """Convert with ``target.from_dict`` (or, for ``list[target]``, item by item); ``_UNHANDLED`` if not such a type."""
+    if get_origin(target) in (list, collections.abc.Sequence) and get_args(target) and isinstance(value, list):
+        item_type = unwrap_optional(get_args(target)[0])
+        if _has_from_dict(item_type):
+            return [item_type.from_dict(item) if isinstance(item, dict) else item for item in value]
+        return _UNHANDLED
+    if isinstance(value, dict) and _has_from_dict(target):
+        return target.from_dict(value)
+    return _UNHANDLED
+
+
+def _has_from_dict(target: Any) -> bool:
+    return isinstance(target, type) and callable(getattr(target, "from_dict", None))
