@@ -2,6 +2,7 @@
 
 from haystack.core.serialization import allow_deserialization_module
 
+from haystack_state.agent import Agent
 from haystack_state.errors import (
     AgentRunError,
     CheckpointError,
@@ -23,7 +24,9 @@ from haystack_state.errors import (
     UnknownStateKeyError,
 )
 from haystack_state.handlers import RESET, add, merge_dicts, merge_lists, replace_values, unique
+from haystack_state.invoker import ToolInvoker
 from haystack_state.state import StagedState, State
+from haystack_state.tools import ComponentTool, FunctionTool, ToolSpec, tool, tool_spec, tool_specs
 from haystack_state.values import FrozenDict, FrozenList, thaw
 
 # Our handlers and components are named by import path in serialized schemas and pipeline YAML; haystack-ai only
@@ -32,10 +35,13 @@ allow_deserialization_module("haystack_state")
 
 __all__ = [
     "RESET",
+    "Agent",
     "AgentRunError",
     "CheckpointError",
     "CheckpointNotFoundError",
     "CodecError",
+    "ComponentTool",
+    "FunctionTool",
     "FrozenDict",
     "FrozenList",
     "HaystackStateError",
@@ -52,12 +58,17 @@ __all__ = [
     "ToolExecutionError",
     "ToolInvocationError",
     "ToolMergeError",
+    "ToolInvoker",
     "ToolNotFoundError",
+    "ToolSpec",
     "UnknownStateKeyError",
     "add",
     "merge_dicts",
     "merge_lists",
     "replace_values",
     "thaw",
+    "tool",
+    "tool_spec",
+    "tool_specs",
     "unique",
 ]

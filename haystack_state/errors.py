@@ -101,6 +101,7 @@ class ToolInvocationError(HaystackStateError):
 
     def __init__(self, tool_name: str, message: str) -> None:
         self.tool_name = tool_name
+        self.state: Any = None  # set by Agent: the State as it was when the call failed
         super().__init__(message)
 
 

@@ -1,0 +1,297 @@
+"""
+``Agent``: a Haystack component that loops model -> tools -> model over a typed State and exposes every state key
+as an output. The loop is written once (:mod:`haystack_state.agent_loop`); ``run`` and ``run_async`` only execute
+the model calls, tool calls and hooks it asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Generator
+from typing import Any
+
+from haystack import component, default_from_dict, default_to_dict, logging
+from haystack.core.serialization import component_to_dict
+from haystack.dataclasses import ChatMessage
+from haystack.dataclasses.streaming_chunk import StreamingCallbackT, select_streaming_callback
+from haystack.tools.serde_utils import deserialize_tools_or_toolset_inplace, serialize_tools_or_toolset
+from haystack.tools.tool import Tool
+from haystack.tools.toolset import Toolset
+from haystack.utils import deserialize_callable, serialize_callable
+from haystack.utils.deserialization import deserialize_component_inplace
+
+from haystack_state.agent_loop import (
+    HOOK_POINTS,
+    RESERVED_OUTPUTS,
+    CallModel,
+    Effect,
+    LoopConfig,
+    RunHooks,
+    RunTools,
+    agent_loop,
+    normalize_hooks,
+)
+from haystack_state.invoker import run_tool_calls, run_tool_calls_async
+from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
+from haystack_state.tools.spec import tool_specs
+
+__all__ = ["Agent"]
+
+logger = logging.getLogger(__name__)
+
+Hook = Callable[..., Any]
+
+
+def _accepts(method: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+@component
+class Agent:
+    """
+    A tool-calling agent over a typed State: it sends the messages and the tools to the chat generator, runs the
+    tool calls the model makes (in parallel where they are independent, merging their outputs into the state), and
+    repeats until the model answers in text, an exit-condition tool succeeds, or ``max_agent_steps`` is reached.
+
+    Every state key is an output of the component, and an optional input: ``agent.run(messages, user_name="Alice")``
+    fills the ``user_name`` key (through its handler) before the first step.
+
+    ### Usage example
+    ```python
+    from haystack.dataclasses import ChatMessage
+    from haystack_state import Agent, tool
+    from haystack_state.testing import ScriptedChatGenerator
+
+    @tool(outputs_to_state={"documents": {"source": "documents"}})
+    def search(query: str) -> dict:
+        '''Search the knowledge base.'''
+        return {"documents": [f"result for {query}"]}
+
+    generator = ScriptedChatGenerator(script=[[("search", {"query": "python"})], "Found it."])
+    agent = Agent(chat_generator=generator, tools=[search], state_schema={"documents": {"type": list[str]}})
+    result = agent.run([ChatMessage.from_user("Find Python docs")])
+    assert result["documents"] == ["result for python"]
+    assert result["exit_reason"] == "text"
+    ```
+
+    :param chat_generator: Any Haystack chat generator whose ``run`` accepts ``tools``.
+    :param tools: The tools the model may call: ``Tool``s (this package's or haystack-ai's), ``ComponentTool``s,
+        ``Toolset``s, or a list mixing them.
+    :param system_prompt: A system message put first, once, unless the messages already start with one.
+    :param exit_conditions: What ends the run: ``"text"`` (a reply without tool calls) and/or tool names (a
+        successful call of that tool). Defaults to ``["text"]``. A reply without tool calls always ends the run.
+    :param state_schema: The State schema (see ``State``). A ``messages`` key is added automatically.
+    :param max_agent_steps: The most model calls a run makes.
+    :param streaming_callback: Receives the model's streamed chunks and the tool results.
+    :param raise_on_tool_invocation_failure: Raise on a failed tool call instead of reporting it to the model.
+    :param tool_concurrency_limit: How many tool calls may run at once.
+    :param hooks: Callables run at ``before_run``, ``before_llm``, ``after_tool``, ``after_run`` and ``on_exit``,
+        each given the live State; ``{"before_llm": fn}`` or ``{"before_llm": [fn, ...]}``. An ``on_exit`` hook
+        that returns True keeps the agent running (after, typically, adding a message to the state).
+    :raises TypeError: If tools are given and the chat generator's ``run`` does not accept ``tools``.
+    :raises StateSchemaError: If the state schema is invalid.
+    :raises ValueError: For a schema key that clashes with an output, an unknown hook point or exit condition.
+    """
+
+    def __init__(
+        self,
+        chat_generator: Any,
+        tools: list[Tool | Toolset] | Toolset | None = None,
+        system_prompt: str | None = None,
+        exit_conditions: list[str] | None = None,
+        state_schema: dict[str, Any] | None = None,
+        max_agent_steps: int = 100,
+        streaming_callback: StreamingCallbackT | None = None,
+        raise_on_tool_invocation_failure: bool = False,
+        tool_concurrency_limit: int = 4,
+        hooks: dict[str, Hook | list[Hook]] | None = None,
+    ) -> None:
+        self.chat_generator = chat_generator
+        self.tools = tools if tools is not None else []
+        self.system_prompt = system_prompt
+        self.exit_conditions = list(exit_conditions) if exit_conditions is not None else ["text"]
+        self.state_schema = dict(state_schema or {})
+        self.max_agent_steps = max_agent_steps
+        self.streaming_callback = streaming_callback
+        self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
+        self.tool_concurrency_limit = tool_concurrency_limit
+        self.hooks = normalize_hooks(hooks)
+
+        self._specs = tool_specs(self.tools)
+        if self._specs and not _accepts(chat_generator.run, "tools"):
+            raise TypeError(
+                f"{type(chat_generator).__name__}.run does not accept a 'tools' parameter, so it cannot be given "
+                f"tools ({', '.join(self._specs)}). Use a chat generator with tool support."
+            )
+        self._specs_fields = build_schema(self.state_schema)
+        clashes = sorted(set(self._specs_fields) & RESERVED_OUTPUTS)
+        if clashes:
+            raise ValueError(
+                f"state_schema keys {clashes} clash with Agent outputs; rename them. "
+                f"Reserved: {', '.join(sorted(RESERVED_OUTPUTS))}."
+            )
+        unknown = [c for c in self.exit_conditions if c != "text" and c not in self._specs]
+        if unknown:
+            raise ValueError(
+                f"exit_conditions {unknown} name no tool of this agent. Use 'text' or one of: "
+                f"{', '.join(self._specs) or 'no tools'}."
+            )
+        if max_agent_steps < 1 or tool_concurrency_limit < 1:
+            raise ValueError("max_agent_steps and tool_concurrency_limit must be at least 1.")
+
+        for key, spec in self._specs_fields.items():
+            if key != "messages":
+                component.set_input_type(self, name=key, type=spec.type, default=None)
+        outputs: dict[str, Any] = {key: spec.type for key, spec in self._specs_fields.items()}
+        outputs.update(last_message=ChatMessage, step_count=int, exit_reason=str, token_usage=dict[str, Any])
+        component.set_output_types(self, **outputs)
+        self._generator_streams = _accepts(chat_generator.run, "streaming_callback")
+
+    def _config(self, streaming_callback: StreamingCallbackT | None) -> LoopConfig:
+        return LoopConfig(
+            schema=self._specs_fields,
+            tools=list(self._specs.values()),
+            system_prompt=self.system_prompt,
+            exit_conditions=self.exit_conditions,
+            max_agent_steps=self.max_agent_steps,
+            streaming_callback=streaming_callback,
+            generator_streams=self._generator_streams,
+            hooks=self.hooks,
+        )
+
+    def run(
+        self, messages: list[ChatMessage], streaming_callback: StreamingCallbackT | None = None, **state_inputs: Any
+    ) -> dict[str, Any]:
+        """
+        Run the agent until the model answers in text, an exit-condition tool succeeds, or the step limit is hit.
+
+        :param messages: The conversation so far (typically one user message).
+        :param streaming_callback: Overrides the callback given at construction for this run.
+        :param state_inputs: Initial values for state keys, written through their handlers.
+        :returns: ``messages``, ``last_message``, every state key, ``step_count``, ``exit_reason`` ("text", the name
+            of the exit tool, or "max_agent_steps") and ``token_usage`` (summed from the replies' ``usage`` meta).
+        :raises AgentRunError: If the chat generator raises; the error carries the partial State.
+        :raises ToolInvocationError: With ``raise_on_tool_invocation_failure``, when a tool call fails.
+        """
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
+        flow = agent_loop(self._config(callback), messages, state_inputs)
+        return self._drive(flow)
+
+    async def run_async(
+        self, messages: list[ChatMessage], streaming_callback: StreamingCallbackT | None = None, **state_inputs: Any
+    ) -> dict[str, Any]:
+        """
+        Run the agent asynchronously. Same parameters and outputs as :meth:`run`; the chat generator's
+        ``run_async`` is used when it has one, async tools and hooks are awaited.
+
+        :param messages: The conversation so far.
+        :param streaming_callback: Overrides the callback given at construction for this run (sync or async).
+        :param state_inputs: Initial values for state keys.
+        :returns: The same outputs as :meth:`run`.
+        """
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
+        flow = agent_loop(self._config(callback), messages, state_inputs)
+        return await self._drive_async(flow)
+
+    # --- executing the loop's effects ------------------------------------------------------------------
+
+    def _drive(self, flow: Generator[Effect, Any, dict[str, Any]]) -> dict[str, Any]:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = flow.throw(error) if error is not None else flow.send(value)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                if isinstance(effect, CallModel):
+                    value = self.chat_generator.run(**effect.inputs)
+                elif isinstance(effect, RunTools):
+                    value = run_tool_calls(
+                        effect.messages,
+                        effect.state,
+                        self._specs,
+                        raise_on_failure=self.raise_on_tool_invocation_failure,
+                        max_workers=self.tool_concurrency_limit,
+                        streaming_callback=effect.streaming_callback,  # type: ignore[arg-type]  # sync-selected
+                    )
+                elif isinstance(effect, RunHooks):
+                    value = [hook(effect.state) for hook in effect.hooks]
+            except Exception as exc:
+                error = exc
+
+    async def _drive_async(self, flow: Generator[Effect, Any, dict[str, Any]]) -> dict[str, Any]:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = flow.throw(error) if error is not None else flow.send(value)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                if isinstance(effect, CallModel):
+                    run_async = getattr(self.chat_generator, "run_async", None)
+                    if run_async is not None:
+                        value = await run_async(**effect.inputs)
+                    else:
+                        value = await asyncio.to_thread(self.chat_generator.run, **effect.inputs)
+                elif isinstance(effect, RunTools):
+                    value = await run_tool_calls_async(
+                        effect.messages,
+                        effect.state,
+                        self._specs,
+                        raise_on_failure=self.raise_on_tool_invocation_failure,
+                        max_workers=self.tool_concurrency_limit,
+                        streaming_callback=effect.streaming_callback,
+                    )
+                elif isinstance(effect, RunHooks):
+                    value = []
+                    for hook in effect.hooks:
+                        returned = hook(effect.state)
+                        value.append(await returned if inspect.isawaitable(returned) else returned)
+            except Exception as exc:
+                error = exc
+
+    # --- serialisation ---------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the agent: its chat generator, tools, schema, hooks and settings."""
+        hooks = {point: [serialize_callable(h) for h in hooks] for point, hooks in self.hooks.items() if hooks}
+        return default_to_dict(
+            self,
+            chat_generator=component_to_dict(obj=self.chat_generator, name="chat_generator"),
+            tools=serialize_tools_or_toolset(self.tools),
+            system_prompt=self.system_prompt,
+            exit_conditions=self.exit_conditions,
+            state_schema=schema_to_dict(build_schema(self.state_schema)) if self.state_schema else None,
+            max_agent_steps=self.max_agent_steps,
+            streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
+            raise_on_tool_invocation_failure=self.raise_on_tool_invocation_failure,
+            tool_concurrency_limit=self.tool_concurrency_limit,
+            hooks=hooks or None,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Agent:
+        """Rebuild an agent from :meth:`to_dict` output."""
+        params = data.get("init_parameters", {})
+        deserialize_component_inplace(params, key="chat_generator")
+        deserialize_tools_or_toolset_inplace(params, key="tools")
+        if params.get("state_schema"):
+            params["state_schema"] = schema_from_dict(params["state_schema"])
+        if params.get("streaming_callback"):
+            params["streaming_callback"] = deserialize_callable(params["streaming_callback"])
+        if params.get("hooks"):
+            params["hooks"] = {
+                point: [deserialize_callable(h) for h in hooks]
+                for point, hooks in params["hooks"].items()
+                if point in HOOK_POINTS
+            }
+        return default_from_dict(cls, data)

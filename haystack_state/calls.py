@@ -1,0 +1,316 @@
+"""
+What a tool call does, as plain functions with no I/O: resolve the tool, validate the model's arguments, plan the
+order of the calls, inject state, turn results into state writes and into tool result messages. ``ToolInvoker`` and
+``Agent`` only execute what these functions decide (see ``haystack_state.invoker``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from haystack.dataclasses import ChatMessage, ToolCall
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from haystack_state.errors import (
+    ToolArgumentsError,
+    ToolExecutionError,
+    ToolInvocationError,
+    ToolMergeError,
+    ToolNotFoundError,
+)
+from haystack_state.state import State
+from haystack_state.tools.spec import ToolSpec
+
+__all__ = [
+    "ALL_KEYS",
+    "PlannedCall",
+    "call_arguments",
+    "error_message",
+    "execution_error",
+    "merge_error",
+    "plan_calls",
+    "result_message",
+    "result_to_string",
+    "state_writes",
+]
+
+#: Stands for "every key": a call with an injected State may read or write any key.
+ALL_KEYS: frozenset[str] = frozenset({"*"})
+
+Write = tuple[str, Any, Any]
+
+
+@dataclasses.dataclass
+class PlannedCall:
+    """
+    One tool call, resolved and validated, with what it reads and writes in the state.
+
+    :param index: Its position among the calls of the batch (the order the model listed them in).
+    :param tool_call: The model's call.
+    :param spec: The tool, or None if it could not be resolved.
+    :param arguments: The model's arguments, validated, without values for hidden parameters.
+    :param error: Why the call cannot run (unknown tool, bad arguments), or None.
+    :param reads: The state keys it reads (``ALL_KEYS`` with an injected State).
+    :param writes: The state keys it writes (``ALL_KEYS`` with an injected State).
+    :param after: The indexes of earlier calls whose writes it must see before it starts.
+    :param dropped: Hidden parameters the model sent values for (ignored).
+    """
+
+    index: int
+    tool_call: ToolCall
+    spec: ToolSpec | None
+    arguments: dict[str, Any]
+    error: ToolInvocationError | None = None
+    reads: frozenset[str] = frozenset()
+    writes: frozenset[str] = frozenset()
+    after: frozenset[int] = frozenset()
+    dropped: tuple[str, ...] = ()
+
+
+def _overlap(a: frozenset[str], b: frozenset[str]) -> bool:
+    if not a or not b:
+        return False
+    return a is ALL_KEYS or b is ALL_KEYS or not a.isdisjoint(b)
+
+
+def _validator(spec: ToolSpec) -> Draft202012Validator:
+    cached = _VALIDATORS.get(id(spec))
+    if cached is None or cached[0] is not spec:
+        cached = (spec, Draft202012Validator(spec.parameters))
+        _VALIDATORS[id(spec)] = cached
+    return cached[1]
+
+
+_VALIDATORS: dict[int, tuple[ToolSpec, Draft202012Validator]] = {}
+
+
+def _parse_arguments(tool_call: ToolCall) -> dict[str, Any]:
+    raw: Any = tool_call.arguments
+    if isinstance(raw, str):  # some providers hand over the raw JSON text
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ToolArgumentsError(
+                tool_call.tool_name,
+                f"Tool '{tool_call.tool_name}': the arguments are not valid JSON ({exc.msg} at position {exc.pos}).",
+            ) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ToolArgumentsError(
+            tool_call.tool_name,
+            f"Tool '{tool_call.tool_name}': the arguments must be a JSON object, got {type(raw).__name__}.",
+        )
+    return dict(raw)
+
+
+def _validate(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
+    properties = spec.parameters.get("properties", {})
+    extra = sorted(name for name in arguments if name not in properties)
+    if extra and spec.parameters.get("additionalProperties") is not True and not spec.accepts_any_keyword:
+        expected = ", ".join(sorted(properties)) or "none"
+        raise ToolArgumentsError(
+            spec.name,
+            f"Tool '{spec.name}': unexpected argument(s) {', '.join(repr(e) for e in extra)}; "
+            f"the parameters are: {expected}.",
+        )
+    error = best_match(_validator(spec).iter_errors(arguments))
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path)
+        subject = f"parameter '{where}'" if where else "the arguments"
+        raise ToolArgumentsError(spec.name, f"Tool '{spec.name}': invalid {subject}: {error.message}.")
+    return arguments
+
+
+def plan_calls(messages: list[ChatMessage], specs: Mapping[str, ToolSpec]) -> list[PlannedCall]:
+    """
+    Resolve and validate every tool call of ``messages``, in order, and work out which calls must wait for which:
+    a call that reads a key runs after the earlier calls that write it.
+
+    :param messages: Messages; the tool calls of assistant messages are planned.
+    :param specs: The available tools, by name.
+    :returns: One planned call per tool call; a call that cannot run carries its ``error``.
+    """
+    planned: list[PlannedCall] = []
+    for tool_call in (call for message in messages for call in message.tool_calls):
+        index = len(planned)
+        spec = specs.get(tool_call.tool_name)
+        if spec is None:
+            available = ", ".join(sorted(specs)) or "none"
+            error = ToolNotFoundError(
+                tool_call.tool_name,
+                f"Tool '{tool_call.tool_name}' is not available. Available tools: {available}.",
+            )
+            planned.append(PlannedCall(index, tool_call, None, {}, error=error))
+            continue
+        try:
+            arguments = _parse_arguments(tool_call)
+        except ToolArgumentsError as exc:
+            planned.append(PlannedCall(index, tool_call, spec, {}, error=exc))
+            continue
+        dropped = tuple(sorted(name for name in arguments if name in spec.hidden_params))
+        arguments = {name: value for name, value in arguments.items() if name not in spec.hidden_params}
+        try:
+            _validate(spec, arguments)
+        except ToolArgumentsError as exc:
+            planned.append(PlannedCall(index, tool_call, spec, arguments, error=exc, dropped=dropped))
+            continue
+        injected = bool(spec.state_params)
+        reads = ALL_KEYS if injected else frozenset(spec.inputs_from_state)
+        writes = ALL_KEYS if injected else frozenset(spec.outputs_to_state)
+        after = frozenset(earlier.index for earlier in planned if _overlap(earlier.writes, reads))
+        planned.append(PlannedCall(index, tool_call, spec, arguments, None, reads, writes, after, dropped))
+    return planned
+
+
+def call_arguments(
+    call: PlannedCall, state: State, streaming_callback: Any | None = None, passthrough: bool = False
+) -> dict[str, Any]:
+    """
+    The keyword arguments to call the tool with: the model's, the ``inputs_from_state`` values and the State.
+
+    :param call: A planned call without error.
+    :param state: The State the tool sees (a staged view for tools that receive the State).
+    :param streaming_callback: The callback to pass through, if any.
+    :param passthrough: Whether to pass the callback to tools that take a ``streaming_callback`` parameter.
+    :returns: The keyword arguments.
+    """
+    spec = call.spec
+    assert spec is not None
+    kwargs = dict(call.arguments)
+    for key, param in spec.inputs_from_state.items():
+        if state.has(key):
+            kwargs[param] = state.get(key)
+    for param in spec.state_params:
+        kwargs[param] = state
+    if passthrough and streaming_callback is not None and spec.streaming_callback:
+        kwargs["streaming_callback"] = streaming_callback
+    return kwargs
+
+
+def state_writes(spec: ToolSpec, result: Any) -> list[Write]:
+    """
+    The state writes of a tool's ``outputs_to_state``: ``(key, value, handler_override)`` for each mapping.
+
+    A mapping without ``source`` writes the whole result; one with a ``source`` writes that entry of a dict result,
+    and nothing if the result has no such entry (as haystack-ai does).
+
+    :param spec: The tool.
+    :param result: What the tool returned.
+    :returns: The writes, in mapping order.
+    """
+    writes: list[Write] = []
+    for key, config in spec.outputs_to_state.items():
+        source = config.get("source")
+        if source is None:
+            writes.append((key, result, config.get("handler")))
+        elif isinstance(result, Mapping) and source in result:
+            writes.append((key, result[source], config.get("handler")))
+    return writes
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "to_dict") and callable(value.to_dict):
+        return _jsonable(value.to_dict())
+    if hasattr(value, "model_dump") and callable(value.model_dump):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(dataclasses.asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def result_to_string(result: Any) -> str:
+    """
+    Render a tool result for the model: strings as they are, other values as JSON, ``str()`` as the fallback.
+
+    :param result: The tool's result.
+    :returns: The text of the tool result message.
+    """
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(_jsonable(result), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(result)
+
+
+def _render(config: Mapping[str, Any], result: Any) -> Any:
+    source = config.get("source")
+    value = result.get(source) if source is not None and isinstance(result, Mapping) else result
+    handler = config.get("handler")
+    if handler is not None:
+        return handler(value)
+    return value if config.get("raw_result") else result_to_string(value)
+
+
+def result_message(spec: ToolSpec, tool_call: ToolCall, result: Any) -> ChatMessage:
+    """
+    The tool result message for a successful call, honouring ``outputs_to_string`` as haystack-ai defines it: one
+    ``{"source", "handler", "raw_result"}`` config, or a dict of such configs (one entry per output, then JSON).
+
+    :param spec: The tool.
+    :param tool_call: The model's call.
+    :param result: What the tool returned.
+    :returns: The tool message.
+    :raises Exception: Whatever an ``outputs_to_string`` handler raises.
+    """
+    config = spec.outputs_to_string or {}
+    if not config or any(k in config for k in ("source", "handler", "raw_result")):
+        return ChatMessage.from_tool(tool_result=_render(config, result), origin=tool_call)
+    rendered = {name: _render({**sub, "raw_result": False}, result) for name, sub in config.items()}
+    return ChatMessage.from_tool(tool_result=result_to_string(rendered), origin=tool_call)
+
+
+def error_message(tool_call: ToolCall, error: BaseException) -> ChatMessage:
+    """
+    The tool result message of a failed call (``error=True``), telling the model what went wrong.
+
+    :param tool_call: The model's call.
+    :param error: The failure.
+    :returns: The tool message.
+    """
+    return ChatMessage.from_tool(tool_result=str(error), origin=tool_call, error=True)
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The user's exception inside haystack-ai's ToolInvocationError wrapper."""
+    while exc.__cause__ is not None and type(exc).__name__ == "ToolInvocationError":
+        exc = exc.__cause__
+    return exc
+
+
+def execution_error(tool_name: str, exc: BaseException) -> ToolExecutionError:
+    """
+    The error for a tool that raised.
+
+    :param tool_name: The tool.
+    :param exc: What it raised.
+    :returns: The error, naming the tool and the cause, chained to it.
+    """
+    cause = _cause(exc)
+    error = ToolExecutionError(tool_name, f"Tool '{tool_name}' failed: {type(cause).__name__}: {cause}")
+    error.__cause__ = cause
+    return error
+
+
+def merge_error(tool_name: str, exc: BaseException) -> ToolMergeError:
+    """
+    The error for a result that could not be merged into the state.
+
+    :param tool_name: The tool.
+    :param exc: The handler or type error.
+    :returns: The error, naming the tool and the cause, chained to it.
+    """
+    error = ToolMergeError(
+        tool_name, f"Tool '{tool_name}': its result could not be merged into the state, which is unchanged: {exc}"
+    )
+    error.__cause__ = exc
+    return error

@@ -1,0 +1,436 @@
+"""
+``ToolInvoker``: a Haystack component that runs a model's tool calls against a State, and the tool-running loop it
+shares with ``Agent`` (:func:`run_tool_calls` and :func:`run_tool_calls_async`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from haystack import component, default_from_dict, default_to_dict, logging
+from haystack.dataclasses import ChatMessage, StreamingChunk
+from haystack.dataclasses.streaming_chunk import StreamingCallbackT, select_streaming_callback
+from haystack.tools.serde_utils import deserialize_tools_or_toolset_inplace, serialize_tools_or_toolset
+from haystack.tools.tool import Tool
+from haystack.tools.toolset import Toolset
+from haystack.utils import deserialize_callable, serialize_callable
+
+from haystack_state.calls import (
+    PlannedCall,
+    call_arguments,
+    error_message,
+    execution_error,
+    merge_error,
+    plan_calls,
+    result_message,
+    state_writes,
+)
+from haystack_state.errors import ToolInvocationError
+from haystack_state.state import StagedState, State
+from haystack_state.tools.spec import ToolSpec, tool_specs
+
+__all__ = ["ToolBatch", "ToolInvoker", "run_tool_calls", "run_tool_calls_async"]
+
+logger = logging.getLogger(__name__)
+
+ToolsArg = list[Tool | Toolset] | Toolset
+
+
+class ToolBatch:
+    """
+    The bookkeeping of one batch of tool calls, with no I/O: which calls may start (their dependencies are merged),
+    and merging finished calls into the state strictly in the order the model listed them, each call all or
+    nothing. The sync and async runners only execute what it hands out.
+
+    :param calls: The planned calls.
+    :param state: The shared State.
+    :param raise_on_failure: Raise a ``ToolInvocationError`` on the first failure instead of reporting it to the
+        model as an error tool result.
+    :param streaming_callback: Receives each tool result as a ``StreamingChunk`` as soon as it is merged.
+    :param passthrough: Pass the streaming callback to tools that take a ``streaming_callback`` parameter.
+    """
+
+    def __init__(
+        self,
+        calls: list[PlannedCall],
+        state: State,
+        *,
+        raise_on_failure: bool,
+        streaming_callback: StreamingCallbackT | None = None,
+        passthrough: bool = False,
+    ) -> None:
+        self.calls = calls
+        self.state = state
+        self.raise_on_failure = raise_on_failure
+        self.streaming_callback = streaming_callback
+        self.passthrough = passthrough
+        self.messages: list[ChatMessage] = []
+        self.chunks: list[StreamingChunk] = []
+        self._started: set[int] = set()
+        self._outcomes: dict[int, tuple[bool, Any, StagedState | None]] = {}
+        if raise_on_failure:
+            for call in calls:
+                if call.error is not None:
+                    raise call.error
+
+    @property
+    def done(self) -> bool:
+        """Whether every call has been merged."""
+        return len(self.messages) == len(self.calls)
+
+    def startable(self) -> list[tuple[PlannedCall, dict[str, Any], StagedState | None]]:
+        """
+        The calls that may start now, each with its keyword arguments and, for tools that receive the State, the
+        staged view they write through. Marks them started.
+
+        :returns: ``(call, kwargs, staged)`` for each call to start.
+        """
+        merged = len(self.messages)
+        ready = []
+        for call in self.calls[merged:]:
+            if call.index in self._started or call.error is not None:
+                continue
+            if any(dep >= merged for dep in call.after):
+                continue
+            assert call.spec is not None
+            staged = self.state.stage() if call.spec.state_params else None
+            kwargs = call_arguments(call, staged or self.state, self.streaming_callback, self.passthrough)
+            self._started.add(call.index)
+            ready.append((call, kwargs, staged))
+        return ready
+
+    def finish(self, call: PlannedCall, ok: bool, outcome: Any, staged: StagedState | None) -> None:
+        """
+        Record a finished call.
+
+        :param call: The call.
+        :param ok: Whether it returned (True) or raised (False).
+        :param outcome: Its result, or the exception it raised.
+        :param staged: Its staged State view, if it had one.
+        """
+        self._outcomes[call.index] = (ok, outcome, staged)
+
+    def merge_ready(self) -> list[ChatMessage]:
+        """
+        Merge, in call order, every call that has finished and whose predecessors are merged.
+
+        :returns: The tool result messages produced now.
+        :raises ToolInvocationError: With ``raise_on_failure``, at the first failed call (later calls are not
+            merged; earlier ones stay merged).
+        """
+        produced = []
+        while not self.done:
+            call = self.calls[len(self.messages)]
+            if call.error is not None:
+                message = error_message(call.tool_call, call.error)
+            elif call.index in self._outcomes:
+                message = self._merge(call, *self._outcomes.pop(call.index))
+            else:
+                break
+            if call.dropped:
+                logger.warning(
+                    "Tool '{tool}': ignored values the model sent for hidden parameters {params}.",
+                    tool=call.tool_call.tool_name,
+                    params=", ".join(call.dropped),
+                )
+            self.messages.append(message)
+            produced.append(message)
+            if self.streaming_callback is not None:
+                result = message.tool_call_results[0]
+                self.chunks.append(
+                    StreamingChunk(
+                        content="",
+                        index=len(self.messages) - 1,
+                        tool_call_result=result,
+                        start=True,
+                        meta={"tool_result": result.result, "tool_call": call.tool_call},
+                    )
+                )
+        return produced
+
+    def _merge(self, call: PlannedCall, ok: bool, outcome: Any, staged: StagedState | None) -> ChatMessage:
+        spec = call.spec
+        assert spec is not None
+        error: ToolInvocationError
+        if ok:
+            writes = (staged.writes if staged is not None else []) + state_writes(spec, outcome)
+            try:
+                self.state.apply(writes)
+            except Exception as exc:
+                error = merge_error(spec.name, exc)
+            else:
+                try:
+                    return result_message(spec, call.tool_call, outcome)
+                except Exception as exc:
+                    error = execution_error(spec.name, exc)
+        else:
+            error = execution_error(spec.name, outcome)
+        if self.raise_on_failure:
+            raise error
+        logger.warning("{error}", error=str(error))
+        return error_message(call.tool_call, error)
+
+    def pop_chunks(self) -> list[StreamingChunk]:
+        """The streaming chunks produced since the last call, to hand to the callback."""
+        chunks, self.chunks = self.chunks, []
+        return chunks
+
+
+def _invoke_sync(spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+    if spec.supports_sync:
+        return spec.tool.invoke(**kwargs)
+    return asyncio.run(spec.tool.invoke_async(**kwargs))
+
+
+def _final_chunk() -> StreamingChunk:
+    return StreamingChunk(content="", finish_reason="tool_call_results", meta={"finish_reason": "tool_call_results"})
+
+
+def run_tool_calls(
+    messages: list[ChatMessage],
+    state: State,
+    specs: dict[str, ToolSpec],
+    *,
+    raise_on_failure: bool = True,
+    max_workers: int = 4,
+    streaming_callback: Callable[[StreamingChunk], None] | None = None,
+    passthrough: bool = False,
+) -> list[ChatMessage]:
+    """
+    Run every tool call of ``messages`` against ``state`` (see ``ToolInvoker.run``), in threads.
+
+    :returns: The tool result messages, in call order.
+    """
+    batch = ToolBatch(
+        plan_calls(messages, specs),
+        state,
+        raise_on_failure=raise_on_failure,
+        streaming_callback=streaming_callback,
+        passthrough=passthrough,
+    )
+    running: dict[Future[Any], tuple[PlannedCall, StagedState | None]] = {}
+    with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
+        while True:
+            batch.merge_ready()
+            for chunk in batch.pop_chunks():
+                if streaming_callback is not None:
+                    streaming_callback(chunk)
+            if batch.done:
+                break
+            for call, kwargs, staged in batch.startable():
+                assert call.spec is not None
+                context = contextvars.copy_context()
+                running[pool.submit(context.run, _invoke_sync, call.spec, kwargs)] = (call, staged)
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                call, staged = running.pop(future)
+                exc = future.exception()
+                batch.finish(call, exc is None, exc if exc is not None else future.result(), staged)
+    if batch.messages and streaming_callback is not None:
+        streaming_callback(_final_chunk())
+    return batch.messages
+
+
+async def run_tool_calls_async(
+    messages: list[ChatMessage],
+    state: State,
+    specs: dict[str, ToolSpec],
+    *,
+    raise_on_failure: bool = True,
+    max_workers: int = 4,
+    streaming_callback: StreamingCallbackT | None = None,
+    passthrough: bool = False,
+) -> list[ChatMessage]:
+    """
+    Run every tool call of ``messages`` against ``state`` (see ``ToolInvoker.run_async``): async tools are awaited,
+    sync tools run in worker threads, at most ``max_workers`` at a time.
+
+    :returns: The tool result messages, in call order.
+    """
+    batch = ToolBatch(
+        plan_calls(messages, specs),
+        state,
+        raise_on_failure=raise_on_failure,
+        streaming_callback=streaming_callback,
+        passthrough=passthrough,
+    )
+    limit = asyncio.Semaphore(max(1, max_workers))
+
+    async def invoke(spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+        async with limit:
+            return await spec.tool.invoke_async(**kwargs)
+
+    running: dict[asyncio.Task[Any], tuple[PlannedCall, StagedState | None]] = {}
+    try:
+        while True:
+            batch.merge_ready()
+            for chunk in batch.pop_chunks():
+                if streaming_callback is not None:
+                    await _emit(streaming_callback, chunk)
+            if batch.done:
+                break
+            for call, kwargs, staged in batch.startable():
+                assert call.spec is not None
+                running[asyncio.ensure_future(invoke(call.spec, kwargs))] = (call, staged)
+            finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in finished:
+                call, staged = running.pop(task)
+                exc = task.exception()
+                batch.finish(call, exc is None, exc if exc is not None else task.result(), staged)
+    finally:
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+    if batch.messages and streaming_callback is not None:
+        await _emit(streaming_callback, _final_chunk())
+    return batch.messages
+
+
+async def _emit(callback: StreamingCallbackT, chunk: StreamingChunk) -> None:
+    result = callback(chunk)
+    if asyncio.iscoroutine(result):
+        await result
+
+
+@component
+class ToolInvoker:
+    """
+    Runs the tool calls of a model's messages against a State: resolves each tool, validates the model's arguments,
+    fills parameters from state, injects the State, calls the tools (in parallel where they do not depend on each
+    other), merges their outputs into the state in the order the model listed the calls, and returns one tool
+    result message per call.
+
+    A call that fails merges nothing, including what it wrote through an injected State. Parameters hidden from
+    the model always come from state: a value the model sends for one is dropped.
+
+    ### Usage example
+    ```python
+    from haystack.dataclasses import ChatMessage, ToolCall
+    from haystack_state import State, ToolInvoker, tool
+
+    @tool(outputs_to_state={"total": {"source": "sum"}})
+    def add(a: int, b: int) -> dict:
+        '''Add two numbers.'''
+        return {"sum": a + b}
+
+    invoker = ToolInvoker(tools=[add])
+    state = State({"total": {"type": int}})
+    call = ToolCall(tool_name="add", arguments={"a": 1, "b": 2})
+    result = invoker.run(messages=[ChatMessage.from_assistant(tool_calls=[call])], state=state)
+    assert result["state"].get("total") == 3
+    ```
+
+    :param tools: The tools: haystack ``Tool`` instances (this package's or haystack-ai's), ``ComponentTool``s,
+        ``Toolset``s, or a list mixing them.
+    :param raise_on_failure: If True, a failing call raises a ``ToolInvocationError`` naming the tool and the cause.
+        If False, it becomes a tool result with ``error=True`` that tells the model what went wrong.
+    :param max_workers: How many calls may run at once.
+    :param streaming_callback: Receives each tool result as a ``StreamingChunk`` as it is produced.
+    :param enable_streaming_callback_passthrough: Pass the streaming callback to tools that take a
+        ``streaming_callback`` parameter.
+    """
+
+    def __init__(
+        self,
+        tools: ToolsArg,
+        raise_on_failure: bool = True,
+        max_workers: int = 4,
+        streaming_callback: StreamingCallbackT | None = None,
+        enable_streaming_callback_passthrough: bool = False,
+    ) -> None:
+        self.tools = tools
+        self.raise_on_failure = raise_on_failure
+        self.max_workers = max_workers
+        self.streaming_callback = streaming_callback
+        self.enable_streaming_callback_passthrough = enable_streaming_callback_passthrough
+        self._specs = tool_specs(tools)
+
+    def _specs_for(self, tools: ToolsArg | None) -> dict[str, ToolSpec]:
+        return self._specs if tools is None else tool_specs(tools)
+
+    @component.output_types(tool_messages=list[ChatMessage], state=State)
+    def run(
+        self,
+        messages: list[ChatMessage],
+        state: State | None = None,
+        tools: ToolsArg | None = None,
+        streaming_callback: StreamingCallbackT | None = None,
+    ) -> dict[str, Any]:
+        """
+        Run the tool calls of ``messages``.
+
+        :param messages: Messages whose tool calls to run (typically the model's replies).
+        :param state: The State the tools read and write. A new empty State if None.
+        :param tools: Tools to use for this run instead of the ones given at construction.
+        :param streaming_callback: Overrides the callback given at construction for this run.
+        :returns: ``tool_messages``: one tool result per call, in call order; ``state``: the State.
+        :raises ToolInvocationError: With ``raise_on_failure=True``, when a call fails.
+        """
+        state = state if state is not None else State({})
+        tool_messages = run_tool_calls(
+            messages,
+            state,
+            self._specs_for(tools),
+            raise_on_failure=self.raise_on_failure,
+            max_workers=self.max_workers,
+            streaming_callback=select_streaming_callback(
+                self.streaming_callback, streaming_callback, requires_async=False
+            ),
+            passthrough=self.enable_streaming_callback_passthrough,
+        )
+        return {"tool_messages": tool_messages, "state": state}
+
+    @component.output_types(tool_messages=list[ChatMessage], state=State)
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        state: State | None = None,
+        tools: ToolsArg | None = None,
+        streaming_callback: StreamingCallbackT | None = None,
+    ) -> dict[str, Any]:
+        """
+        Run the tool calls of ``messages`` asynchronously. Same parameters and results as :meth:`run`.
+
+        :param messages: Messages whose tool calls to run.
+        :param state: The State the tools read and write. A new empty State if None.
+        :param tools: Tools to use for this run instead of the ones given at construction.
+        :param streaming_callback: Overrides the callback given at construction for this run (sync or async).
+        :returns: ``tool_messages`` and ``state``.
+        """
+        state = state if state is not None else State({})
+        tool_messages = await run_tool_calls_async(
+            messages,
+            state,
+            self._specs_for(tools),
+            raise_on_failure=self.raise_on_failure,
+            max_workers=self.max_workers,
+            streaming_callback=select_streaming_callback(
+                self.streaming_callback, streaming_callback, requires_async=True
+            ),
+            passthrough=self.enable_streaming_callback_passthrough,
+        )
+        return {"tool_messages": tool_messages, "state": state}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the component, its tools included."""
+        callback = serialize_callable(self.streaming_callback) if self.streaming_callback else None
+        return default_to_dict(
+            self,
+            tools=serialize_tools_or_toolset(self.tools),
+            raise_on_failure=self.raise_on_failure,
+            max_workers=self.max_workers,
+            streaming_callback=callback,
+            enable_streaming_callback_passthrough=self.enable_streaming_callback_passthrough,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolInvoker:
+        """Rebuild the component from :meth:`to_dict` output."""
+        params = data.get("init_parameters", {})
+        deserialize_tools_or_toolset_inplace(params, key="tools")
+        if params.get("streaming_callback"):
+            params["streaming_callback"] = deserialize_callable(params["streaming_callback"])
+        return default_from_dict(cls, data)
