@@ -213,7 +213,8 @@ def run_tool_calls(
         passthrough=passthrough,
     )
     running: dict[Future[Any], tuple[PlannedCall, StagedState | None]] = {}
-    with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
+    pool: ThreadPoolExecutor | None = None
+    try:
         while True:
             batch.merge_ready()
             for chunk in batch.pop_chunks():
@@ -221,7 +222,19 @@ def run_tool_calls(
                     streaming_callback(chunk)
             if batch.done:
                 break
-            for call, kwargs, staged in batch.startable():
+            ready = batch.startable()
+            if len(ready) == 1 and not running:  # nothing to overlap with: run it here, without a thread
+                call, kwargs, staged = ready[0]
+                assert call.spec is not None
+                try:
+                    outcome, ok = _invoke_sync(call.spec, kwargs), True
+                except Exception as exc:
+                    outcome, ok = exc, False
+                batch.finish(call, ok, outcome, staged)
+                continue
+            if pool is None:
+                pool = ThreadPoolExecutor(max_workers=max(1, max_workers), thread_name_prefix="haystack-state-tool")
+            for call, kwargs, staged in ready:
                 assert call.spec is not None
                 context = contextvars.copy_context()
                 running[pool.submit(context.run, _invoke_sync, call.spec, kwargs)] = (call, staged)
@@ -230,6 +243,9 @@ def run_tool_calls(
                 call, staged = running.pop(future)
                 exc = future.exception()
                 batch.finish(call, exc is None, exc if exc is not None else future.result(), staged)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
     if batch.messages and streaming_callback is not None:
         streaming_callback(_final_chunk())
     return batch.messages
