@@ -1,0 +1,421 @@
+"""
+A safe JSON codec for state values.
+
+:func:`encode` turns a value into JSON-compatible data and :func:`decode` turns it back; :func:`dumps` and
+:func:`loads` add the JSON text step. JSON types are stored as themselves. Everything else is stored as a tagged
+object ``{"__type__": "<name>", "data": ...}``: tuples, sets, frozensets, bytes, non-finite floats, dates and times,
+decimals, UUIDs, dicts whose keys are not all strings (or that contain the tag key themselves), the haystack
+dataclasses (``haystack.ChatMessage``, ``haystack.Document``, ...) and the classes registered with
+:func:`~haystack_state.persistence.registry.register_type`.
+
+Loading is safe: it rebuilds only built-in types and the classes in the registry, looked up by name in a dict.
+It never imports a module, never unpickles, and never resolves a callable named by the data; any other stored type
+name raises :class:`~haystack_state.errors.CodecError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import enum
+import json
+import math
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from haystack_state.errors import CodecError
+from haystack_state.persistence.registry import BUILTIN_TAGS, adapter_for_class, adapter_for_name
+
+TYPE_KEY = "__type__"
+DATA_KEY = "data"
+
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_REGISTER_HINT = "a dataclass, a pydantic model, an Enum, a NamedTuple or a class with to_dict()/from_dict()"
+
+
+class _Failure(Exception):
+    """Raised inside the codec; collects the path segments on its way up and becomes a CodecError at the top."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.segments: list[str] = []
+
+    def at(self, segment: str) -> _Failure:
+        self.segments.append(segment)
+        return self
+
+    def path(self, root: str) -> str:
+        return root + "".join(reversed(self.segments))
+
+
+def _key_segment(key: Any) -> str:
+    return f"[{key!r}]"
+
+
+def _field_segment(key: Any) -> str:
+    return f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]"
+
+
+def _unencodable(value: Any) -> _Failure:
+    cls = type(value)
+    if isinstance(value, enum.Enum):
+        hint = f"register the enum with register_type({cls.__name__})"
+    else:
+        hint = f"register it with register_type({cls.__name__}) ({_REGISTER_HINT}), or store a JSON-compatible value"
+    return _Failure(f"cannot encode value of type {cls.__qualname__} at {{path}}: {hint}.")
+
+
+def _tag(name: str, data: Any) -> dict[str, Any]:
+    return {TYPE_KEY: name, DATA_KEY: data}
+
+
+def _text(data: Any) -> str:
+    if type(data) is not str:
+        raise ValueError(f"expected a string, got {type(data).__name__}")
+    return data
+
+
+def _b64(value: bytes | bytearray) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+def _unb64(data: Any) -> bytes:
+    return base64.b64decode(_text(data), validate=True)
+
+
+# Scalars stored as tagged strings or lists: (class, tag, to data, from data). Checked in order: datetime before date.
+_SCALARS: tuple[tuple[type, str, Callable[[Any], Any], Callable[[Any], Any]], ...] = (
+    (bytearray, "bytearray", _b64, lambda data: bytearray(_unb64(data))),
+    (bytes, "bytes", _b64, _unb64),
+    (dt.datetime, "datetime", dt.datetime.isoformat, lambda data: dt.datetime.fromisoformat(_text(data))),
+    (dt.date, "date", dt.date.isoformat, lambda data: dt.date.fromisoformat(_text(data))),
+    (dt.time, "time", dt.time.isoformat, lambda data: dt.time.fromisoformat(_text(data))),
+    (dt.timedelta, "timedelta", lambda v: [v.days, v.seconds, v.microseconds], lambda data: dt.timedelta(*data)),
+    (decimal.Decimal, "decimal", str, lambda data: decimal.Decimal(_text(data))),
+    (uuid.UUID, "uuid", str, lambda data: uuid.UUID(_text(data))),
+)
+_SCALAR_DECODERS = {name: from_data for _, name, _, from_data in _SCALARS}
+
+
+# --- encoding ----------------------------------------------------------------------------------------------------
+
+
+def _encode(value: Any) -> Any:
+    cls = type(value)
+    if value is None or cls is str or cls is int or cls is bool:
+        return value
+    if cls is float:
+        return value if math.isfinite(value) else _tag("float", repr(value))
+    if cls is list:
+        return _encode_items(value)
+    if cls is dict:
+        return _encode_dict(value, _key_segment)
+    adapter = adapter_for_class(cls)
+    if adapter is not None:
+        return _encode_object(value, adapter.name, adapter.to_data)
+    if isinstance(value, enum.Enum):
+        raise _unencodable(value)
+    if isinstance(value, dict):
+        return _encode_dict(value, _key_segment)
+    if isinstance(value, list):
+        return _encode_items(value)
+    if isinstance(value, tuple):
+        if hasattr(value, "_fields"):  # an unregistered NamedTuple would come back as a plain tuple
+            raise _unencodable(value)
+        return _tag("tuple", _encode_items(value))
+    if isinstance(value, set | frozenset):
+        return _tag("frozenset" if isinstance(value, frozenset) else "set", _encode_set(value))
+    for scalar, name, to_data, _ in _SCALARS:
+        if isinstance(value, scalar):
+            return _tag(name, to_data(value))
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _encode(float(value))
+    raise _unencodable(value)
+
+
+def _encode_items(items: list[Any] | tuple[Any, ...]) -> list[Any]:
+    out = []
+    for index, item in enumerate(items):
+        try:
+            out.append(_encode(item))
+        except _Failure as failure:
+            raise failure.at(f"[{index}]") from None
+    return out
+
+
+def _encode_set(items: set[Any] | frozenset[Any]) -> list[Any]:
+    out = []
+    for item in items:
+        try:
+            out.append(_encode(item))
+        except _Failure as failure:
+            raise failure.at(f"{{{item!r}}}") from None
+    # Sets have no order: sort the encoded elements so that equal sets give identical JSON.
+    return sorted(out, key=to_json)
+
+
+def _encode_dict(mapping: dict[Any, Any], segment: Any) -> Any:
+    if TYPE_KEY not in mapping and all(type(key) is str for key in mapping):
+        out = {}
+        for key, item in mapping.items():
+            try:
+                out[key] = _encode(item)
+            except _Failure as failure:
+                raise failure.at(segment(key)) from None
+        return out
+    pairs = []
+    for key, item in mapping.items():
+        try:
+            encoded_key = _encode(key)
+        except _Failure as failure:
+            raise failure.at(f"<key {key!r}>") from None
+        try:
+            pairs.append([encoded_key, _encode(item)])
+        except _Failure as failure:
+            raise failure.at(segment(key)) from None
+    return _tag("dict", pairs)
+
+
+def _encode_object(value: Any, name: str, to_data: Any) -> dict[str, Any]:
+    try:
+        data = to_data(value)
+    except Exception as error:
+        raise _Failure(
+            f"cannot encode value of type {type(value).__qualname__} at {{path}}: "
+            f"converting it failed with {type(error).__name__}: {error}"
+        ) from None
+    if type(data) is dict:
+        return _tag(name, _encode_dict(data, _field_segment))
+    return _tag(name, _encode(data))
+
+
+def _root(key: str | None, where: str | None) -> tuple[str, str]:
+    if key is not None:
+        return f"State key '{key}': ", key
+    return "", where or "value"
+
+
+def encode(value: Any, *, key: str | None = None, where: str | None = None) -> Any:
+    """
+    Turn a value into JSON-compatible data (dicts with string keys, lists, strings, numbers, booleans, None).
+
+    Dict and list subclasses (read-only state views, for instance) are encoded as plain dicts and lists.
+
+    :param value: The value to encode.
+    :param key: The state key the value belongs to; named in error messages and used as the root of the path.
+    :param where: The root of the path in error messages when there is no state key (default ``"value"``).
+    :returns: JSON-compatible data; :func:`decode` turns it back into an equal value.
+    :raises CodecError: If some part of the value cannot be encoded. The message names the state key, the path to
+        the part (such as ``documents[3].meta['x']``) and its type.
+    """
+    prefix, root = _root(key, where)
+    try:
+        return _encode(value)
+    except _Failure as failure:
+        message = failure.reason.replace("{path}", failure.path(root), 1)
+        raise CodecError(prefix + message if prefix else message[:1].upper() + message[1:]) from None
+    except RecursionError:
+        raise CodecError(f"{prefix}cannot encode {root}: it is nested too deeply or contains itself.") from None
+
+
+# --- decoding ----------------------------------------------------------------------------------------------------
+
+
+def _decode(data: Any) -> Any:
+    cls = type(data)
+    if data is None or cls is str or cls is int or cls is bool or cls is float:
+        return data
+    if cls is list:
+        return _decode_items(data)
+    if cls is dict:
+        if TYPE_KEY in data:
+            return _decode_tagged(data)
+        out = {}
+        for key, item in data.items():
+            try:
+                out[key] = _decode(item)
+            except _Failure as failure:
+                raise failure.at(_key_segment(key)) from None
+        return out
+    raise _Failure(f"found a {cls.__qualname__} at {{path}}, which is not JSON data.")
+
+
+def _decode_items(items: list[Any]) -> list[Any]:
+    out = []
+    for index, item in enumerate(items):
+        try:
+            out.append(_decode(item))
+        except _Failure as failure:
+            raise failure.at(f"[{index}]") from None
+    return out
+
+
+def _short(text: Any) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def _decode_tagged(tagged: dict[str, Any]) -> Any:
+    name = tagged[TYPE_KEY]
+    if set(tagged) != {TYPE_KEY, DATA_KEY} or not isinstance(name, str):
+        raise _Failure(f"malformed tagged object at {{path}}: expected keys '{TYPE_KEY}' and '{DATA_KEY}'.")
+    data = tagged[DATA_KEY]
+    if name in BUILTIN_TAGS:
+        try:
+            return _decode_builtin(name, data)
+        except _Failure:
+            raise
+        except Exception as error:
+            raise _Failure(f"invalid stored {name} at {{path}}: {type(error).__name__}: {error}") from None
+    adapter = adapter_for_name(name)
+    if adapter is None:
+        raise _Failure(
+            f"unknown stored type {_short(name)} at {{path}}. Only built-in types, the haystack dataclasses and "
+            "types registered with register_type() can be loaded; register the class under this name to load it."
+        )
+    decoded = _decode_object_data(data)
+    try:
+        return adapter.from_data(decoded)
+    except Exception as error:
+        raise _Failure(
+            f"cannot rebuild stored type '{name}' at {{path}}: {type(error).__name__}: {_short(str(error))}"
+        ) from None
+
+
+def _decode_object_data(data: Any) -> Any:
+    if type(data) is dict and TYPE_KEY not in data:
+        out = {}
+        for key, item in data.items():
+            try:
+                out[key] = _decode(item)
+            except _Failure as failure:
+                raise failure.at(_field_segment(key)) from None
+        return out
+    return _decode(data)
+
+
+def _decode_builtin(name: str, data: Any) -> Any:
+    if name == "dict":
+        return _decode_pairs(data)
+    if name in ("tuple", "set", "frozenset"):
+        if type(data) is not list:
+            raise ValueError("expected a list")
+        items = _decode_items(data)
+        return tuple(items) if name == "tuple" else set(items) if name == "set" else frozenset(items)
+    if name == "float":
+        return _NON_FINITE[data]
+    return _SCALAR_DECODERS[name](data)
+
+
+def _decode_pairs(data: Any) -> dict[Any, Any]:
+    if type(data) is not list:
+        raise ValueError("expected a list of [key, value] pairs")
+    out = {}
+    for index, pair in enumerate(data):
+        if type(pair) is not list or len(pair) != 2:
+            raise _Failure("malformed dict entry at {path}: expected a [key, value] pair.").at(f"<entry {index}>")
+        try:
+            key = _decode(pair[0])
+        except _Failure as failure:
+            raise failure.at(f"<key {index}>") from None
+        try:
+            out[key] = _decode(pair[1])
+        except _Failure as failure:
+            raise failure.at(_key_segment(key)) from None
+        except TypeError as error:
+            raise _Failure(f"unhashable dict key at {{path}}: {error}").at(f"<key {index}>") from None
+    return out
+
+
+def decode(data: Any, *, key: str | None = None, where: str | None = None) -> Any:
+    """
+    Turn data produced by :func:`encode` (or parsed from stored JSON) back into a value.
+
+    :param data: JSON-compatible data.
+    :param key: The state key the data belongs to; named in error messages.
+    :param where: The root of the path in error messages when there is no state key (default ``"value"``).
+    :returns: The value.
+    :raises CodecError: If the data names a type outside the allowlist, or is malformed. The message names the state
+        key, the path and the stored type name. Nothing is imported, whatever the data says.
+    """
+    prefix, root = _root(key, where)
+    try:
+        return _decode(data)
+    except _Failure as failure:
+        message = failure.reason.replace("{path}", failure.path(root), 1)
+        raise CodecError(f"{prefix}cannot decode stored value: {message}") from None
+    except RecursionError:
+        raise CodecError(f"{prefix}cannot decode {root}: it is nested too deeply.") from None
+
+
+# --- JSON text ---------------------------------------------------------------------------------------------------
+
+
+def to_json(data: Any) -> str:
+    """
+    Serialize already-encoded data to compact JSON text.
+
+    Non-ASCII text is kept as is; if the text cannot be stored as UTF-8 (lone surrogates), it is escaped instead.
+
+    :param data: JSON-compatible data, as returned by :func:`encode`.
+    :returns: The JSON text.
+    :raises CodecError: If the data is not JSON-compatible.
+    """
+    try:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise CodecError(f"Cannot serialize encoded data to JSON: {error}") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text
+
+
+def from_json(text: str | bytes) -> Any:
+    """
+    Parse JSON text into data (not yet decoded: tagged objects are still dicts).
+
+    :param text: The JSON text.
+    :returns: The parsed data.
+    :raises CodecError: If the text is not valid JSON.
+    """
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as error:
+        raise CodecError(f"Stored data is not valid JSON: {error}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def dumps(value: Any, *, key: str | None = None) -> str:
+    """
+    Encode a value and serialize it to JSON text.
+
+    :param value: The value.
+    :param key: The state key the value belongs to; named in error messages.
+    :returns: The JSON text.
+    :raises CodecError: If the value cannot be encoded.
+    """
+    return to_json(encode(value, key=key))
+
+
+def loads(text: str | bytes, *, key: str | None = None) -> Any:
+    """
+    Parse JSON text written by :func:`dumps` and decode it.
+
+    :param text: The JSON text.
+    :param key: The state key the value belongs to; named in error messages.
+    :returns: The value.
+    :raises CodecError: If the text is not valid JSON or names a type outside the allowlist.
+    """
+    return decode(from_json(text), key=key)
