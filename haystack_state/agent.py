@@ -7,8 +7,12 @@ the model calls, tool calls and hooks it asks for.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import copy
+import dataclasses
 import inspect
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict, logging
@@ -18,11 +22,12 @@ from haystack.dataclasses.streaming_chunk import StreamingCallbackT, select_stre
 from haystack.tools.serde_utils import deserialize_tools_or_toolset_inplace, serialize_tools_or_toolset
 from haystack.tools.tool import Tool
 from haystack.tools.toolset import Toolset
+from haystack.tools.utils import warm_up_tools, warm_up_tools_async
 from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
 
 from haystack_state.agent_loop import (
-    HOOK_POINTS,
+    RESERVED_INPUTS,
     RESERVED_OUTPUTS,
     CallModel,
     Effect,
@@ -30,6 +35,7 @@ from haystack_state.agent_loop import (
     RunHooks,
     RunTools,
     agent_loop,
+    model_tools,
     normalize_hooks,
 )
 from haystack_state.invoker import run_tool_calls, run_tool_calls_async
@@ -49,6 +55,28 @@ def _accepts(method: Callable[..., Any], name: str) -> bool:
     except (TypeError, ValueError):
         return False
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _wait(awaitable: Awaitable[Any]) -> Any:
+    """Run an awaitable (an async hook's) to completion from synchronous code."""
+
+    async def waiter() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop in this thread: run it on a fresh one
+        return asyncio.run(waiter())
+    # An event loop runs in this thread (``run`` called from a notebook cell or a coroutine): it cannot be
+    # re-entered, so the awaitable runs on a loop of its own in a helper thread.
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="haystack-state-hook") as helper:
+        return helper.submit(context.run, asyncio.run, waiter()).result()
+
+
+def _call_hook_sync(hook: Hook, state: Any) -> Any:
+    returned = hook(state)
+    return _wait(returned) if inspect.isawaitable(returned) else returned
 
 
 @component
@@ -91,11 +119,13 @@ class Agent:
     :param raise_on_tool_invocation_failure: Raise on a failed tool call instead of reporting it to the model.
     :param tool_concurrency_limit: How many tool calls may run at once.
     :param hooks: Callables run at ``before_run``, ``before_llm``, ``after_tool``, ``after_run`` and ``on_exit``,
-        each given the live State; ``{"before_llm": fn}`` or ``{"before_llm": [fn, ...]}``. An ``on_exit`` hook
-        that returns True keeps the agent running (after, typically, adding a message to the state).
+        each given the live State; ``{"before_llm": fn}`` or ``{"before_llm": [fn, ...]}``. They may be ``async``
+        (awaited by ``run_async``, run to completion by ``run``). An ``on_exit`` hook that returns ``True`` (exactly)
+        keeps the agent running (after, typically, adding a message to the state).
     :raises TypeError: If tools are given and the chat generator's ``run`` does not accept ``tools``.
     :raises StateSchemaError: If the state schema is invalid.
-    :raises ValueError: For a schema key that clashes with an output, an unknown hook point or exit condition.
+    :raises ValueError: For a schema key that clashes with an output or a ``run`` parameter, an unknown hook point
+        or exit condition.
     """
 
     def __init__(
@@ -129,11 +159,11 @@ class Agent:
                 f"tools ({', '.join(self._specs)}). Use a chat generator with tool support."
             )
         self._specs_fields = build_schema(self.state_schema)
-        clashes = sorted(set(self._specs_fields) & RESERVED_OUTPUTS)
+        clashes = sorted(set(self._specs_fields) & (RESERVED_OUTPUTS | RESERVED_INPUTS))
         if clashes:
             raise ValueError(
-                f"state_schema keys {clashes} clash with Agent outputs; rename them. "
-                f"Reserved: {', '.join(sorted(RESERVED_OUTPUTS))}."
+                f"state_schema keys {clashes} clash with Agent outputs or run parameters; rename them. "
+                f"Reserved: {', '.join(sorted(RESERVED_OUTPUTS | RESERVED_INPUTS))}."
             )
         unknown = [c for c in self.exit_conditions if c != "text" and c not in self._specs]
         if unknown:
@@ -150,19 +180,62 @@ class Agent:
         outputs: dict[str, Any] = {key: spec.type for key, spec in self._specs_fields.items()}
         outputs.update(last_message=ChatMessage, step_count=int, exit_reason=str, token_usage=dict[str, Any])
         component.set_output_types(self, **outputs)
-        self._generator_streams = _accepts(chat_generator.run, "streaming_callback")
-
-    def _config(self, streaming_callback: StreamingCallbackT | None) -> LoopConfig:
-        return LoopConfig(
+        self._loop_config = LoopConfig(
             schema=self._specs_fields,
             tools=list(self._specs.values()),
             system_prompt=self.system_prompt,
             exit_conditions=self.exit_conditions,
             max_agent_steps=self.max_agent_steps,
-            streaming_callback=streaming_callback,
-            generator_streams=self._generator_streams,
+            streaming_callback=None,
+            generator_streams=_accepts(chat_generator.run, "streaming_callback"),
             hooks=self.hooks,
+            model_tools=model_tools(self._specs.values()),
         )
+        self._is_warmed_up = False
+
+    def _config(self, streaming_callback: StreamingCallbackT | None) -> LoopConfig:
+        if streaming_callback is None:
+            return self._loop_config
+        return dataclasses.replace(self._loop_config, streaming_callback=streaming_callback)
+
+    def warm_up(self) -> None:
+        """Warm up the tools and the chat generator (load models, open clients). ``run`` does it on first use."""
+        if self._is_warmed_up:
+            return
+        warm_up_tools(self.tools)
+        if hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
+        self._is_warmed_up = True
+
+    async def warm_up_async(self) -> None:
+        """Warm up the tools and the chat generator, awaiting their ``warm_up_async`` if they have one."""
+        if self._is_warmed_up:
+            return
+        await warm_up_tools_async(self.tools)
+        if hasattr(self.chat_generator, "warm_up_async"):
+            await self.chat_generator.warm_up_async()
+        elif hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
+        self._is_warmed_up = True
+
+    def close(self) -> None:
+        """Release what the chat generator and the tools hold (HTTP clients, models). A later run warms up again."""
+        for item in [self.chat_generator, *self._specs_tools()]:
+            if hasattr(item, "close"):
+                item.close()
+        self._is_warmed_up = False
+
+    async def close_async(self) -> None:
+        """Release what the chat generator and the tools hold, awaiting their async ``close_async`` if they have one."""
+        for item in [self.chat_generator, *self._specs_tools()]:
+            if hasattr(item, "close_async"):
+                await item.close_async()
+            elif hasattr(item, "close"):
+                item.close()
+        self._is_warmed_up = False
+
+    def _specs_tools(self) -> list[Tool]:
+        return [spec.tool for spec in self._specs.values()]
 
     def run(
         self, messages: list[ChatMessage], streaming_callback: StreamingCallbackT | None = None, **state_inputs: Any
@@ -179,6 +252,7 @@ class Agent:
         :raises ToolInvocationError: With ``raise_on_tool_invocation_failure``, when a tool call fails.
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
+        self.warm_up()
         flow = agent_loop(self._config(callback), messages, state_inputs)
         return self._drive(flow)
 
@@ -195,6 +269,7 @@ class Agent:
         :returns: The same outputs as :meth:`run`.
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
+        await self.warm_up_async()
         flow = agent_loop(self._config(callback), messages, state_inputs)
         return await self._drive_async(flow)
 
@@ -222,7 +297,7 @@ class Agent:
                         streaming_callback=effect.streaming_callback,  # type: ignore[arg-type]  # sync-selected
                     )
                 elif isinstance(effect, RunHooks):
-                    value = [hook(effect.state) for hook in effect.hooks]
+                    value = [_call_hook_sync(hook, effect.state) for hook in effect.hooks]
             except Exception as exc:
                 error = exc
 
@@ -280,8 +355,9 @@ class Agent:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Agent:
-        """Rebuild an agent from :meth:`to_dict` output."""
-        params = data.get("init_parameters", {})
+        """Rebuild an agent from :meth:`to_dict` output (which is left as it is)."""
+        data = copy.deepcopy(data)  # the deserialisers below work in place, haystack's Tool.from_dict too
+        params = data.setdefault("init_parameters", {})
         deserialize_component_inplace(params, key="chat_generator")
         deserialize_tools_or_toolset_inplace(params, key="tools")
         if params.get("state_schema"):
@@ -290,8 +366,6 @@ class Agent:
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"])
         if params.get("hooks"):
             params["hooks"] = {
-                point: [deserialize_callable(h) for h in hooks]
-                for point, hooks in params["hooks"].items()
-                if point in HOOK_POINTS
+                point: [deserialize_callable(h) for h in hooks] for point, hooks in params["hooks"].items()
             }
         return default_from_dict(cls, data)

@@ -7,13 +7,15 @@ tools, run hooks) and receives the results. ``Agent.run`` executes the effects s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any
 
 from haystack.dataclasses import ChatMessage
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT
+from haystack.tools.tool import Tool
 
 from haystack_state.errors import AgentRunError, ToolInvocationError
+from haystack_state.handlers import merge_lists
 from haystack_state.schema import FieldSpec
 from haystack_state.state import State
 from haystack_state.tools.spec import ToolSpec
@@ -22,6 +24,7 @@ __all__ = [
     "EXIT_MAX_STEPS",
     "EXIT_TEXT",
     "HOOK_POINTS",
+    "RESERVED_INPUTS",
     "RESERVED_OUTPUTS",
     "CallModel",
     "Effect",
@@ -30,11 +33,14 @@ __all__ = [
     "RunTools",
     "add_usage",
     "agent_loop",
+    "model_tools",
     "normalize_hooks",
 ]
 
 HOOK_POINTS = ("before_run", "before_llm", "after_tool", "after_run", "on_exit")
 RESERVED_OUTPUTS = frozenset({"last_message", "step_count", "exit_reason", "token_usage"})
+#: ``run`` parameters other than ``messages`` (which is the state key itself): no state key may take their name.
+RESERVED_INPUTS = frozenset({"streaming_callback"})
 EXIT_TEXT = "text"
 EXIT_MAX_STEPS = "max_agent_steps"
 
@@ -82,6 +88,32 @@ def add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]
     return result
 
 
+def model_tools(specs: Iterable[ToolSpec]) -> list[Tool]:
+    """
+    The tools as the model sees them: each tool's schema without its hidden parameters.
+
+    A tool whose ``parameters`` already leave them out (this package's tools, haystack-ai's ``@tool`` and
+    ``ComponentTool``) is passed as it is; a hand-built ``Tool`` whose schema lists a parameter filled from state
+    (or the State itself) is replaced, for the model only, by a plain ``Tool`` with the reduced schema.
+
+    :param specs: The tools' specs.
+    :returns: One haystack ``Tool`` per spec, in order.
+    """
+    result = []
+    for spec in specs:
+        tool = spec.tool
+        if spec.parameters != tool.parameters:
+            tool = Tool(
+                name=spec.name,
+                description=spec.description,
+                parameters=spec.parameters,
+                function=tool.function,
+                async_function=tool.async_function,
+            )
+        result.append(tool)
+    return result
+
+
 @dataclasses.dataclass(frozen=True)
 class CallModel:
     """Effect: call the chat generator with these inputs; send back its result dict."""
@@ -112,7 +144,13 @@ Effect = CallModel | RunTools | RunHooks
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
-    """What the loop needs from the Agent."""
+    """
+    What the loop needs from the Agent.
+
+    :param schema: The state schema, ``messages`` included.
+    :param tools: The tools' specs (what runs them).
+    :param model_tools: The tools as given to the model (see :func:`model_tools`); derived from ``tools`` if None.
+    """
 
     schema: dict[str, FieldSpec]
     tools: list[ToolSpec]
@@ -122,6 +160,7 @@ class LoopConfig:
     streaming_callback: StreamingCallbackT | None
     generator_streams: bool
     hooks: dict[str, list[Hook]]
+    model_tools: list[Tool] | None = None
 
 
 def _initial_state(config: LoopConfig, messages: list[ChatMessage], inputs: Mapping[str, Any]) -> State:
@@ -145,11 +184,20 @@ def _exit_tool(config: LoopConfig, replies: list[ChatMessage], tool_messages: li
     return None
 
 
+def _tools_may_write_messages(tools: Iterable[ToolSpec]) -> bool:
+    """Whether a tool call can write the ``messages`` key: through the injected State, or an output mapping."""
+    return any(spec.state_params or "messages" in spec.outputs_to_state for spec in tools)
+
+
 def agent_loop(
     config: LoopConfig, messages: list[ChatMessage], inputs: Mapping[str, Any]
 ) -> Generator[Effect, Any, dict[str, Any]]:
     """
     The agent loop as a generator of effects (see the module docstring).
+
+    Every failure raised while the run is under way carries the State as it was: a ``ToolInvocationError`` (with
+    ``raise_on_tool_invocation_failure``) gets it as ``state``; anything else (the chat generator, a hook) is raised
+    as an ``AgentRunError`` chained to the cause.
 
     :param config: The agent's settings.
     :param messages: The run's input messages.
@@ -164,33 +212,60 @@ def agent_loop(
     step = 0
     exit_reason = EXIT_MAX_STEPS
     usage: dict[str, Any] = {}
-    tool_schemas = [spec.tool for spec in config.tools]
+    tools_for_model = config.model_tools if config.model_tools is not None else model_tools(config.tools)
+    # The conversation as the model is sent it, kept in step with the state's ``messages`` by appending what the
+    # loop itself writes there, so a step costs no read of the whole history (a read copies every message).
+    # It is re-read after anything else may have written ``messages``: a hook, or a tool that can write it.
+    mirror = config.schema["messages"].handler is merge_lists
+    tools_write_messages = _tools_may_write_messages(config.tools)
+    conversation: list[ChatMessage] | None = None
+    current = 1  # the step under way, for error messages
 
     def failure(stage: str, exc: Exception) -> Exception:
+        # The error to raise, carrying the state, with the cause it must be raised from (re-raising a
+        # ToolInvocationError keeps its own cause: the tool's exception).
         if isinstance(exc, ToolInvocationError):
             exc.state = state
             return exc
-        return AgentRunError(f"Agent: {stage} failed at step {step + 1}: {type(exc).__name__}: {exc}", state)
+        error = AgentRunError(f"Agent: {stage} failed at step {current}: {type(exc).__name__}: {exc}", state)
+        error.__cause__ = exc
+        return error
+
+    def run_hooks(point: str) -> Generator[Effect, Any, list[Any]]:
+        nonlocal conversation
+        conversation = None
+        try:
+            returned: list[Any] = yield RunHooks(point, hooks[point], state)
+        except Exception as exc:
+            error = failure(f"the '{point}' hook", exc)
+            raise error from error.__cause__
+        return returned
 
     if hooks.get("before_run"):
-        yield RunHooks("before_run", hooks["before_run"], state)
+        yield from run_hooks("before_run")
     while step < config.max_agent_steps:
+        current = step + 1
         if hooks.get("before_llm"):
-            yield RunHooks("before_llm", hooks["before_llm"], state)
-        inputs_for_model: dict[str, Any] = {"messages": state.get("messages")}
-        if tool_schemas:
-            inputs_for_model["tools"] = tool_schemas
+            yield from run_hooks("before_llm")
+        if conversation is None or not mirror:
+            conversation = state.get("messages") or []
+        inputs_for_model: dict[str, Any] = {"messages": list(conversation)}
+        if tools_for_model:
+            inputs_for_model["tools"] = tools_for_model
         if config.streaming_callback is not None and config.generator_streams:
             inputs_for_model["streaming_callback"] = config.streaming_callback
         try:
             result = yield CallModel(inputs_for_model)
+            replies: list[ChatMessage] = list(result["replies"])
+            state.set("messages", replies)
         except Exception as exc:
-            raise failure("the chat generator", exc) from exc
-        replies: list[ChatMessage] = list(result["replies"])
-        state.set("messages", replies)
+            error = failure("the chat generator", exc)
+            raise error from error.__cause__
+        conversation.extend(replies)
         for reply in replies:
-            if isinstance(reply.meta.get("usage"), Mapping):
-                usage = add_usage(usage, reply.meta["usage"])
+            reply_usage = reply.meta.get("usage")
+            if isinstance(reply_usage, Mapping):
+                usage = add_usage(usage, reply_usage)
         step += 1
         exit_now: str | None = None
         if not any(reply.tool_calls for reply in replies):
@@ -199,23 +274,26 @@ def agent_loop(
             try:
                 tool_messages = yield RunTools(replies, state, config.streaming_callback)
             except Exception as exc:
-                raise failure("a tool call", exc) from exc
+                error = failure("a tool call", exc)
+                raise error from error.__cause__
             state.set("messages", tool_messages)
+            if tools_write_messages:
+                conversation = None
+            else:
+                conversation.extend(tool_messages)
             if hooks.get("after_tool"):
-                yield RunHooks("after_tool", hooks["after_tool"], state)
+                yield from run_hooks("after_tool")
             exit_now = _exit_tool(config, replies, tool_messages)
         if exit_now is not None:
             exit_reason = exit_now
-            keep_going = False
-            if hooks.get("on_exit"):
-                keep_going = any((yield RunHooks("on_exit", hooks["on_exit"], state)))
-            if not keep_going:
+            if not hooks.get("on_exit") or not any(r is True for r in (yield from run_hooks("on_exit"))):
                 break
             exit_reason = EXIT_MAX_STEPS
     if hooks.get("after_run"):
-        yield RunHooks("after_run", hooks["after_run"], state)
-    outputs = {key: None for key in config.schema} | state.data
-    conversation = outputs.get("messages") or []
+        yield from run_hooks("after_run")
+    if conversation is None or not mirror:
+        conversation = state.get("messages") or []
+    outputs: dict[str, Any] = {key: state.get(key) for key in config.schema if key != "messages"}
     outputs.update(
         messages=conversation,
         last_message=conversation[-1] if conversation else None,
