@@ -15,9 +15,9 @@ from typing import Any
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
-from haystack.components.agents.state import State as HaystackState  # noqa: E402
+from haystack.components.agents.state import State as HaystackState
 
-from haystack_state import State  # noqa: E402
+from haystack_state import State
 
 
 def best_of(fn: Callable[[], Any], repeat: int) -> float:
@@ -40,7 +40,9 @@ def appends(cls: type, n: int) -> Callable[[], None]:
 
 
 def gets(cls: type, size: int, reads: int) -> Callable[[], None]:
-    state = cls({"docs": {"type": list[dict]}}, {"docs": [{"id": i, "title": f"doc {i}", "score": 0.5} for i in range(size)]})
+    state = cls(
+        {"docs": {"type": list[dict]}}, {"docs": [{"id": i, "title": f"doc {i}", "score": 0.5} for i in range(size)]}
+    )
 
     def run() -> None:
         for _ in range(reads):
@@ -53,7 +55,7 @@ def replaces(cls: type, n: int) -> Callable[[], None]:
     state = cls({"name": {"type": str}})
 
     def run() -> None:
-        for i in range(n):
+        for _ in range(n):
             state.set("name", "user")
 
     return run

@@ -25,7 +25,10 @@ def summarize(value: Any, width: int = 40) -> str:
     if isinstance(value, dict):
         noun = "key" if len(value) == 1 else "keys"
         return f"{len(value)} {noun}"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # a display must not fail because of one value
+        return f"<{type(value).__name__}>"
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

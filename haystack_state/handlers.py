@@ -75,7 +75,7 @@ def merge_lists(current: list[T] | T | None, new: list[T] | T) -> list[T]:
     return current_list + as_items(new)
 
 
-def replace_values(current: Any, new: Any) -> Any:  # noqa: ARG001
+def replace_values(current: Any, new: Any) -> Any:
     """
     Replace the stored value with ``new``. This is the default handler of every key that is not a list.
 

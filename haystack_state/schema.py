@@ -15,14 +15,32 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
+from haystack.components.agents.state.state_utils import merge_lists as haystack_merge_lists
+from haystack.components.agents.state.state_utils import replace_values as haystack_replace_values
 from haystack.dataclasses import ChatMessage
-from haystack.utils import deserialize_callable, deserialize_type, serialize_callable, serialize_type
-from pydantic import ConfigDict, InstanceOf, PydanticSchemaGenerationError, PydanticUserError, TypeAdapter
+from haystack.utils import (
+    _deserialize_value_with_schema,
+    _serialize_value_with_schema,
+    deserialize_callable,
+    deserialize_type,
+    serialize_callable,
+    serialize_type,
+)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetPydanticSchema,
+    InstanceOf,
+    PydanticSchemaGenerationError,
+    PydanticUserError,
+    TypeAdapter,
+)
 from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import core_schema
 
 from haystack_state.errors import StateSchemaError, StateSerializationError, StateTypeError
 from haystack_state.handlers import merge_lists, replace_values
-from haystack_state.values import SCALARS
+from haystack_state.values import SCALARS, freeze, thaw
 
 __all__ = [
     "ENTRY_FIELDS",
@@ -30,12 +48,32 @@ __all__ = [
     "TypeCheck",
     "build_schema",
     "is_list_type",
+    "same_handler",
     "schema_from_dict",
     "schema_to_dict",
     "type_name",
 ]
 
-ENTRY_FIELDS = ("type", "handler", "default", "description")
+ENTRY_FIELDS = ("type", "handler", "default", "description", "scope")
+SCOPES = ("thread", "run")
+# haystack-ai's own default handlers (in schemas written for it, or serialized by it) are the same functions as
+# ours; reading them as ours keeps merge_lists appends O(1).
+_SAME_HANDLERS = ((haystack_merge_lists, merge_lists), (haystack_replace_values, replace_values))
+
+
+def same_handler(handler: Any) -> Any:
+    """
+    ``handler``, or ours when it is haystack-ai's ``merge_lists`` or ``replace_values``.
+
+    :param handler: A handler (or anything: it is returned as it is unless it is one of haystack-ai's).
+    :returns: The handler to use.
+    """
+    for theirs, ours in _SAME_HANDLERS:
+        if handler is theirs:
+            return ours
+    return handler
+
+
 _MISSING: Any = object()
 _STRICT = ConfigDict(strict=True, arbitrary_types_allowed=True)
 
@@ -82,32 +120,70 @@ def _is_type(tp: Any) -> bool:
     return get_origin(tp) is not None
 
 
-def _instance_of_leaves(tp: Any) -> Any:
-    """Rewrite ``tp`` so that every class is checked with ``isinstance`` (for classes pydantic cannot model)."""
+_PLAIN_TYPE_ERRORS = frozenset({"is_instance_of", "union_tag_invalid", "model_attributes_type"})
+_INSTANCE_OF: Any = InstanceOf  # pydantic's isinstance() check, applied to classes only known at run time
+
+
+def _rewrite_leaves(tp: Any, leaf: Callable[[type], Any]) -> Any:
+    """Rewrite the classes inside ``tp`` with ``leaf``; returns ``tp`` itself when nothing changes."""
     origin = get_origin(tp)
     if origin is None:
-        if inspect.isclass(tp) and tp.__module__ != "builtins":
-            return InstanceOf[tp]
-        return tp
+        return leaf(tp) if inspect.isclass(tp) else tp
     args = get_args(tp)
     if origin is Literal or not args:
         return tp
     if origin is Annotated:
-        return Annotated[(_instance_of_leaves(args[0]), *args[1:])]
-    new_args = tuple(_instance_of_leaves(a) for a in args)
+        inner = _rewrite_leaves(args[0], leaf)
+        return tp if inner is args[0] else Annotated[(inner, *args[1:])]
+    new_args = tuple(_rewrite_leaves(a, leaf) for a in args)
+    if all(new is old for new, old in zip(new_args, args, strict=True)):
+        return tp
     if origin in (Union, types.UnionType):
-        return Union[new_args]
+        return Union[new_args]  # noqa: UP007 - a union of a tuple of arguments
     return origin[new_args]
 
 
-_BUILTIN_VALUE_TYPES = frozenset({str, int, float, bool, bytes, type(None), dict, list, tuple, set, frozenset})
+def _is_model_class(cls: type) -> bool:
+    """Whether instances of ``cls`` are built from field values (pydantic models, dataclasses, named tuples)."""
+    return (
+        issubclass(cls, BaseModel)
+        or dataclasses.is_dataclass(cls)
+        or (issubclass(cls, tuple) and hasattr(cls, "_fields"))
+    )
+
+
+def _instances_only(cls: type) -> Any:
+    # pydantic validates a model (or a pydantic dataclass) from a dict even in strict mode, building a new object:
+    # that is coercion. A value of a model type must be an instance of it; its fields were validated when it was
+    # built. (Stdlib dataclasses such as Document are checked the same way, without re-validating every field.)
+    return _INSTANCE_OF[cls] if _is_model_class(cls) else cls
+
+
+def _isinstance_leaf(cls: type) -> Any:
+    if typing.is_typeddict(cls):  # isinstance() rejects TypedDicts; a TypedDict value is a dict
+        return dict[str, Any]
+    if cls.__module__ == "builtins":
+        return cls
+    # A bare isinstance() check that asks the class nothing (pydantic's InstanceOf would still ask it for a schema).
+    return Annotated[cls, GetPydanticSchema(lambda _source, _handler: core_schema.is_instance_schema(cls))]
+
+
+def _instance_of_leaves(tp: Any) -> Any:
+    """Rewrite ``tp`` so that every class is checked with ``isinstance`` (for classes pydantic cannot model)."""
+    return _rewrite_leaves(tp, _isinstance_leaf)
 
 
 def _bare_classes(tp: Any) -> bool:
-    """Whether ``tp`` is a plain class or a union of plain classes (no parameters, literals or constraints)."""
+    """
+    Whether a value being of type ``tp`` depends on the value's class alone: ``tp`` is a built-in class, a class
+    checked with isinstance (models, dataclasses), or a union of those; no parameters, literals or constraints.
+    (Not a TypedDict, for instance: whether a dict is one depends on its keys.)
+    """
     if get_origin(tp) in (Union, types.UnionType):
         return all(_bare_classes(arg) for arg in get_args(tp))
-    return tp is type(None) or (inspect.isclass(tp) and get_origin(tp) is None and not get_args(tp))
+    if not inspect.isclass(tp) or get_origin(tp) is not None or get_args(tp):
+        return False
+    return tp.__module__ == "builtins" or _is_model_class(tp)
 
 
 def _adapter(tp: Any) -> TypeAdapter[Any]:
@@ -131,39 +207,88 @@ class TypeCheck:
         self.name = type_name(tp)
         self.is_any = tp is Any or tp is object
         # Exact value types pydantic has accepted, remembered when acceptance can only depend on the value's type
-        # (the declared type is a class or a union of classes, and the value is of a built-in type).
+        # (see _bare_classes).
         self.accepted: set[type] = set()
         self.accepted_scalars: set[type] = set()  # the immutable ones among them
         self.memoizable = _bare_classes(tp)
         try:
-            self.adapter = _adapter(tp)
+            self.adapter = _adapter(_rewrite_leaves(tp, _instances_only))
         except (PydanticSchemaGenerationError, PydanticUserError, TypeError):
             try:
                 self.adapter = _adapter(_instance_of_leaves(tp))
             except Exception as exc:
                 raise TypeError(f"type {self.name} cannot be checked: {exc}") from exc
 
-    def check(self, key: str, value: Any) -> None:
+    def check(self, key: str, value: Any, expected: str | None = None) -> None:
         """
         Raise if ``value`` is not of the declared type.
 
         :param key: The state key, named in the error.
         :param value: The value to check; it is not converted.
+        :param expected: How the error names the expected type (default: the type's name).
         :raises StateTypeError: Naming the key, the expected type and the type received.
         """
         if self.is_any or type(value) in self.accepted:
             return
         try:
             self.adapter.validate_python(value, strict=True)
-            if self.memoizable and type(value) in _BUILTIN_VALUE_TYPES:
+            if self.memoizable:
                 self.accepted.add(type(value))
                 if type(value) in SCALARS:
                     self.accepted_scalars.add(type(value))
         except PydanticValidationError as exc:
             first = exc.errors()[0]
-            where = "".join(f"[{p!r}]" for p in first.get("loc", ()))
-            detail = f"At {key}{where}: {first['msg']}." if where else ""
-            raise StateTypeError(key, self.name, value, detail) from None
+            where = "".join(f"[{p!r}]" for p in _value_path(value, first.get("loc", ())))
+            if where:
+                detail = f"At {key}{where}: {first['msg']}."
+            elif (
+                not first.get("loc") and first["type"] not in _PLAIN_TYPE_ERRORS and not first["type"].endswith("_type")
+            ):
+                detail = f"{first['msg']}."  # a constraint (a bound, a length, a literal value), not the type
+            else:
+                detail = ""
+            raise StateTypeError(key, expected or self.name, value, detail) from None
+
+    def convert(self, key: str, value: Any) -> Any:
+        """
+        Return ``value`` if it is of the declared type; if the declared type is a subclass of ``dict`` or ``list``
+        (``Counter``, ``OrderedDict``, ...) and ``value`` a plain one, convert it. Only for values read back from
+        JSON (``State.from_dict``), which keeps no such subclass. Writes never convert, and nothing else is.
+
+        :param key: The state key, named in the error.
+        :param value: The deserialized value.
+        :returns: ``value`` itself, or its conversion to the declared type.
+        :raises StateTypeError: If the value is not of the declared type and cannot be converted to it.
+        """
+        try:
+            self.check(key, value)
+            return value
+        except StateTypeError as error:
+            target = get_origin(self.type) or self.type
+            kind = type(value)
+            if not (
+                kind in (dict, list) and inspect.isclass(target) and issubclass(target, kind) and target is not kind
+            ):
+                raise
+            try:
+                converted = target(value)
+                self.check(key, converted)
+            except Exception:
+                raise error from None
+            return converted
+
+
+def _value_path(value: Any, loc: tuple[Any, ...]) -> list[Any]:
+    """The leading part of a pydantic error location that indexes into ``value`` (not union member tags)."""
+    path = []
+    for part in loc:
+        in_mapping = isinstance(value, Mapping) and part in value
+        in_sequence = isinstance(value, list | tuple) and isinstance(part, int) and 0 <= part < len(value)
+        if not (in_mapping or in_sequence):
+            break
+        value = value[part]
+        path.append(part)
+    return path
 
 
 @functools.lru_cache(maxsize=512)
@@ -199,8 +324,11 @@ class FieldSpec:
     :param type: The declared type.
     :param handler: The merge handler (the default one when the schema gives none).
     :param explicit_handler: Whether the schema named the handler.
-    :param default: The default value or factory, or ``FieldSpec.NO_DEFAULT``.
+    :param default: The default value (stored frozen, see :func:`haystack_state.values.freeze`) or factory, or
+        ``FieldSpec.NO_DEFAULT``.
     :param description: A description for people (notebooks, the CLI, serialisations).
+    :param scope: On a durable thread, ``"thread"`` (the default: the value is kept across the thread's runs) or
+        ``"run"`` (reset to the default at the start of every run, for turn-scoped values).
     """
 
     NO_DEFAULT: typing.ClassVar[Any] = _MISSING
@@ -211,6 +339,10 @@ class FieldSpec:
     explicit_handler: bool = False
     default: Any = _MISSING
     description: str | None = None
+    scope: str = "thread"
+    # A default that build_schema made (calling the factory) to check it; the state built next uses it, so a
+    # factory runs once per state.
+    _prebuilt: list[Any] = dataclasses.field(default_factory=list, compare=False, repr=False)
 
     @functools.cached_property
     def is_list(self) -> bool:
@@ -238,6 +370,17 @@ class FieldSpec:
         """Whether the field declares a default."""
         return self.default is not _MISSING
 
+    @functools.cached_property
+    def default_is_factory(self) -> bool:
+        """Whether ``default`` is a factory: a callable that is not itself a valid value of the declared type."""
+        if not callable(self.default):
+            return False
+        try:
+            self.check.check(self.key, self.default)
+        except StateTypeError:
+            return True
+        return False
+
     def make_default(self) -> Any:
         """
         The field's default value: the value itself, or the factory's result when ``default`` is a factory (a
@@ -245,21 +388,22 @@ class FieldSpec:
 
         :returns: The default value (not yet frozen).
         """
-        if callable(self.default):
+        if self._prebuilt:
             try:
-                self.check.check(self.key, self.default)
-                return self.default
-            except StateTypeError:
-                return self.default()
-        return self.default
+                return self._prebuilt.pop()
+            except IndexError:  # another thread took it
+                pass
+        return self.default() if self.default_is_factory else self.default
 
     def as_entry(self) -> dict[str, Any]:
         """The schema entry as a dict, in haystack's form plus the extras that are set."""
         entry: dict[str, Any] = {"type": self.type, "handler": self.handler}
         if self.has_default:
-            entry["default"] = self.default
+            entry["default"] = self.default if self.default_is_factory else thaw(self.default)
         if self.description is not None:
             entry["description"] = self.description
+        if self.scope != "thread":
+            entry["scope"] = self.scope
         return entry
 
 
@@ -294,6 +438,11 @@ def _entry_problems(key: Any, entry: Any) -> list[str]:
     description = entry.get("description")
     if description is not None and not isinstance(description, str):
         problems.append(f"Key '{key}': 'description' must be a string, got {type(description).__name__}.")
+    scope = entry.get("scope", "thread")
+    if scope not in SCOPES:
+        problems.append(f"Key '{key}': 'scope' must be 'thread' or 'run', got {scope!r}.")
+    elif key == "messages" and scope != "thread":
+        problems.append("Key 'messages': its scope is always 'thread' (the conversation is kept across runs).")
     return problems
 
 
@@ -315,18 +464,29 @@ def build_schema(schema: Mapping[str, Any]) -> dict[str, FieldSpec]:
         if entry_problems:
             continue
         tp = entry["type"]
-        handler = entry.get("handler")
+        handler = same_handler(entry.get("handler"))
+        default = entry.get("default", _MISSING)
+        if default is not _MISSING and not callable(default):
+            try:
+                default = freeze(default)  # a private copy: changing the caller's object later changes nothing
+            except Exception as exc:
+                problems.append(f"Key '{key}': the default cannot be copied: {type(exc).__name__}: {exc}")
+                continue
         spec = FieldSpec(
             key=key,
             type=tp,
-            handler=handler or (merge_lists if is_list_type(tp) else replace_values),
+            handler=handler if handler is not None else (merge_lists if is_list_type(tp) else replace_values),
             explicit_handler=handler is not None,
-            default=entry.get("default", _MISSING),
+            default=default,
             description=entry.get("description"),
+            scope=entry.get("scope", "thread"),
         )
         if spec.has_default:
             try:
-                spec.check.check(key, spec.make_default())
+                value = spec.make_default()
+                spec.check.check(key, value)
+                if spec.default_is_factory:
+                    spec._prebuilt.append(value)
             except StateTypeError as exc:
                 problems.append(f"Key '{key}': the default does not match the type: {exc}")
             except Exception as exc:
@@ -349,18 +509,39 @@ def schema_to_dict(specs: Mapping[str, FieldSpec]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for key, spec in specs.items():
-        entry: dict[str, Any] = {"type": serialize_type(spec.type), "handler": serialize_callable(spec.handler)}
-        if spec.description is not None:
-            entry["description"] = spec.description
-        if spec.has_default:
-            if callable(spec.default) and not isinstance(spec.default, type):
-                entry["default_factory"] = serialize_callable(spec.default)
-            elif isinstance(spec.default, type):
-                entry["default_factory"] = serialize_type(spec.default)
-            else:
-                entry["default"] = spec.default
+        try:
+            entry: dict[str, Any] = {"type": serialize_type(spec.type), "handler": serialize_callable(spec.handler)}
+            if spec.description is not None:
+                entry["description"] = spec.description
+            if spec.scope != "thread":
+                entry["scope"] = spec.scope
+            if spec.has_default:
+                if spec.default_is_factory:
+                    if isinstance(spec.default, type):
+                        entry["default_factory"] = serialize_type(spec.default)
+                    else:
+                        entry["default_factory"] = serialize_callable(spec.default)
+                else:
+                    default = thaw(spec.default)
+                    if _is_json_native(default):
+                        entry["default"] = default
+                    else:
+                        entry["default_serialized"] = _serialize_value_with_schema(default)
+        except Exception as exc:
+            raise StateSerializationError(f"The schema of state key '{key}' cannot be serialized: {exc}") from exc
         out[key] = entry
     return out
+
+
+def _is_json_native(value: Any) -> bool:
+    """Whether ``value`` survives a JSON round trip unchanged (and so can be stored as it is)."""
+    if value is None or type(value) in (str, int, float, bool):
+        return True
+    if type(value) is list:
+        return all(_is_json_native(v) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and _is_json_native(v) for k, v in value.items())
+    return False
 
 
 def schema_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -384,12 +565,16 @@ def schema_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
                 item["handler"] = deserialize_callable(entry["handler"])
             if "default_factory" in entry:
                 path = entry["default_factory"]
-                item["default"] = deserialize_type(path) if path in ("list", "dict", "set") else deserialize_callable(path)
+                item["default"] = deserialize_type(path) if "." not in str(path) else deserialize_callable(path)
+            elif "default_serialized" in entry:
+                item["default"] = _deserialize_value_with_schema(entry["default_serialized"])
             elif "default" in entry:
                 item["default"] = entry["default"]
         except Exception as exc:
             raise StateSerializationError(f"Serialized schema key '{key}' cannot be loaded: {exc}") from exc
         if "description" in entry:
             item["description"] = entry["description"]
+        if "scope" in entry:
+            item["scope"] = entry["scope"]
         schema[key] = item
     return schema

@@ -7,20 +7,40 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from typing import Any
 
 from haystack.utils import _deserialize_value_with_schema, _serialize_value_with_schema
 
 from haystack_state.display import state_html, state_repr
-from haystack_state.errors import StateHandlerError, StateSerializationError, UnknownStateKeyError
+from haystack_state.errors import (
+    StateHandlerError,
+    StateSchemaError,
+    StateSerializationError,
+    StateTypeError,
+    UnknownStateKeyError,
+)
 from haystack_state.handlers import RESET, merge_lists, replace_values
-from haystack_state.schema import FieldSpec, build_schema, schema_from_dict, schema_to_dict
-from haystack_state.values import SCALARS, freeze, needs_copy_on_read, read, thaw
+from haystack_state.schema import (
+    FieldSpec,
+    build_schema,
+    same_handler,
+    schema_from_dict,
+    schema_to_dict,
+    type_check,
+    type_name,
+)
+from haystack_state.values import SHAREABLE, freeze, needs_copy_on_read, read, thaw
 
 __all__ = ["State", "StagedState"]
 
 Handler = Callable[[Any, Any], Any]
+
+
+def _items_of(spec: FieldSpec) -> str:
+    """How a type error on one appended item names what the key expects: ``items of type str (list[str])``."""
+    return f"items of type {spec.item_check.name} ({type_name(spec.type)})"
 
 
 class State:
@@ -76,14 +96,17 @@ class State:
         self._values: dict[str, Any] = {}
         self._has_objects: dict[str, bool] = {}
         self._lock = threading.RLock()
+        # What changed since the last drain_changes(), for checkpoints: per key, the list length before the first
+        # append (the key was only appended to), or None (the key was replaced, reset or removed).
+        self._journal: dict[str, int | None] = {}
         # Keys written by replace_values, with the immutable value types already accepted for them: such a write
         # is one atomic store and skips the lock (see ``set``).
         self._fast_types: dict[str, set[type]] = {
             key: spec.check.accepted_scalars for key, spec in specs.items() if spec.handler is replace_values
         }
-        # Keys appended to by merge_lists, with the check of their items.
-        self._appenders: dict[str, tuple[set[type], Callable[[str, Any], None]]] = {
-            key: (spec.item_check.accepted, spec.item_check.check)
+        # Keys appended to by merge_lists, with the check of their items and how its errors name the item type.
+        self._appenders: dict[str, tuple[set[type], Callable[[str, Any, str | None], None], str]] = {
+            key: (spec.item_check.accepted, spec.item_check.check, _items_of(spec))
             for key, spec in specs.items()
             if spec.handler is merge_lists and spec.is_list
         }
@@ -157,33 +180,49 @@ class State:
             # An immutable value of a type this key already accepted, replacing the old one: a single dict store,
             # atomic under the GIL, so it needs no lock. Locked writers re-check before they store (see _write).
             self._values[key] = value
+            self._journal[key] = None
             return
         appender = self._appenders.get(key)
         if appender is not None and handler_override is None and value is not RESET:
             # merge_lists into a list key: check and freeze only the new items, then append in place.
-            accepted, check = appender
-            if type(value) is list:
-                for item in value:
-                    if type(item) not in accepted:
-                        check(key, item)
-                frozen = [freeze(item) for item in value]
+            accepted, check, items_of = appender
+            if isinstance(value, list):
+                for each in value:
+                    if type(each) not in accepted:
+                        check(key, each, items_of)
+                frozen = [freeze(each) for each in value]
                 has_objects = any(map(needs_copy_on_read, frozen))
-            else:
+                with self._lock:
+                    current = self._values.get(key)
+                    if type(current) is list:
+                        self._journal.setdefault(key, len(current))
+                        current += frozen
+                        if has_objects:
+                            self._has_objects[key] = True
+                        return
+                    if current is None:
+                        self._values[key] = frozen
+                        self._has_objects[key] = has_objects
+                        self._journal[key] = None
+                        return
+            else:  # a single item: the common case of an agent appending one result at a time
                 if type(value) not in accepted:
-                    check(key, value)
-                frozen = [freeze(value)]
-                has_objects = needs_copy_on_read(frozen[0])
-            with self._lock:
-                current = self._values.get(key)
-                if type(current) is list:
-                    current += frozen
-                    if has_objects:
-                        self._has_objects[key] = True
-                    return
-                if current is None:
-                    self._values[key] = frozen
-                    self._has_objects[key] = has_objects
-                    return
+                    check(key, value, items_of)
+                item = freeze(value)
+                has_objects = type(item) not in SHAREABLE and needs_copy_on_read(item)
+                with self._lock:
+                    current = self._values.get(key)
+                    if type(current) is list:
+                        self._journal.setdefault(key, len(current))
+                        current.append(item)
+                        if has_objects:
+                            self._has_objects[key] = True
+                        return
+                    if current is None:
+                        self._values[key] = [item]
+                        self._has_objects[key] = has_objects
+                        self._journal[key] = None
+                        return
         with self._lock:
             self._write(key, value, handler_override)
 
@@ -218,6 +257,42 @@ class State:
                 self._write(key, value, handler)
                 written[key] = self._values.get(key)
 
+    def has_changes(self) -> bool:
+        """Whether any value changed since the last :meth:`drain_changes` (or since the state was built)."""
+        return bool(self.peek_changes())
+
+    def peek_changes(self) -> dict[str, dict[str, Any]]:
+        """
+        What changed since the last :meth:`drain_changes` (or since the state was built), as a delta: per key,
+        ``{"op": "extend", "items": [...]}`` (the key was only appended to: the new items), ``{"op": "replace",
+        "value": ...}`` or ``{"op": "delete"}``. Checkpoints store this, so they grow with the change, not the state.
+
+        :returns: The delta; the values are the state's read-only values.
+        """
+        delta: dict[str, dict[str, Any]] = {}
+        with self._lock:
+            for key, start in self._journal.items():
+                if key not in self._values:
+                    delta[key] = {"op": "delete"}
+                    continue
+                value = self._values[key]
+                if start is None:
+                    delta[key] = {"op": "replace", "value": list(value) if type(value) is list else value}
+                elif len(value) > start:
+                    delta[key] = {"op": "extend", "items": value[start:]}
+        return delta
+
+    def drain_changes(self) -> dict[str, dict[str, Any]]:
+        """
+        Return the changes (see :meth:`peek_changes`) and start a new journal.
+
+        :returns: The delta.
+        """
+        with self._lock:
+            delta = self.peek_changes()
+            self._journal.clear()
+            return delta
+
     def stage(self) -> StagedState:
         """
         A staged view of this state: reads see this state plus the staged writes; writes are checked at once but
@@ -239,6 +314,7 @@ class State:
     def _store(self, key: str, value: Any) -> None:
         """Store an already-checked whole value."""
         spec = self._specs[key]
+        self._journal[key] = None
         if spec.is_list and isinstance(value, list):
             items = [freeze(item) for item in value]
             self._values[key] = items
@@ -256,22 +332,26 @@ class State:
                 spec.check.check(key, default)
             self._values.pop(key, None)
             self._has_objects.pop(key, None)
+            self._journal[key] = None
             if spec.has_default:
                 self._store(key, default)
             return
-        handler = handler_override or spec.handler
+        handler = same_handler(handler_override) if handler_override is not None else spec.handler
         current = self._values.get(key)
         if handler is merge_lists and spec.is_list and (current is None or type(current) is list):
-            items = value if type(value) is list else [value]
+            items = value if isinstance(value, list) else [value]
             check = spec.item_check.check
+            items_of = _items_of(spec)
             for item in items:
-                check(key, item)
+                check(key, item, items_of)
             frozen = [freeze(item) for item in items]
             has_objects = any(map(needs_copy_on_read, frozen))
             if current is None:
                 self._values[key] = frozen
                 self._has_objects[key] = has_objects
+                self._journal[key] = None
             else:
+                self._journal.setdefault(key, len(current))
                 current.extend(frozen)
                 if has_objects:
                     self._has_objects[key] = True
@@ -281,7 +361,7 @@ class State:
             try:
                 merged = handler(readable, value)
             except Exception as exc:
-                name = getattr(handler, "__qualname__", None) or getattr(handler, "__name__", repr(handler))
+                name = str(getattr(handler, "__qualname__", None) or getattr(handler, "__name__", repr(handler)))
                 raise StateHandlerError(key, name, exc) from exc
             spec.check.check(key, merged)
             if self._values.get(key) is current:  # no lock-free store slipped in while the handler ran
@@ -290,11 +370,12 @@ class State:
             current = self._values.get(key)
 
     @contextmanager
-    def _atomic(self, keys: set[str]) -> Iterator[dict[str, Any]]:
+    def _atomic(self, keys: AbstractSet[str]) -> Iterator[dict[str, Any]]:
         """
         Undo every change the block makes to ``keys`` if it raises. The block records in the yielded dict what it
-        stored last for each key; a key whose value has changed since (a lock-free store that came later) keeps
-        that later value.
+        stored last for each key it changed; only those keys are restored, and a key whose value has changed
+        since (a lock-free store that came later) keeps that later value. Keys the block did not change are left
+        alone: a lock-free store to one of them while the block ran is not lost.
         """
         saved = {}
         for key in keys:
@@ -306,8 +387,8 @@ class State:
         try:
             yield written
         except BaseException:
-            for key in keys:
-                if key in written and self._values.get(key) is not written[key]:
+            for key in written:
+                if self._values.get(key) is not written[key]:
                     continue
                 if key in saved:
                     value, length, has_objects = saved[key]
@@ -323,22 +404,26 @@ class State:
 
     # --- serialisation and display --------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, skip_keys: list[str] | None = None) -> dict[str, Any]:
         """
         Serialise the schema and the values, in haystack-ai's format.
 
+        :param skip_keys: Keys to leave out of the serialization (schema and value), as in haystack-ai.
         :returns: ``{"schema": ..., "data": ...}``.
-        :raises StateSerializationError: If a value cannot be serialised (the error names the key).
+        :raises StateSerializationError: If a value, a handler or a default factory cannot be serialised (the
+            error names the key).
         """
+        skip = set(skip_keys or ())
         with self._lock:
-            values = {key: thaw(value) for key, value in self._values.items()}
+            values = {key: thaw(value) for key, value in self._values.items() if key not in skip}
+        specs = {key: spec for key, spec in self._specs.items() if key not in skip}
         data = {}
         for key, value in values.items():
             try:
                 data[key] = _serialize_value_with_schema(value)
             except Exception as exc:
                 raise StateSerializationError(f"State key '{key}' cannot be serialized: {exc}") from exc
-        return {"schema": schema_to_dict(self._specs), "data": self._merge_serialized(data)}
+        return {"schema": schema_to_dict(specs), "data": self._merge_serialized(data)}
 
     @staticmethod
     def _merge_serialized(per_key: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -353,9 +438,14 @@ class State:
         """
         Rebuild a State from :meth:`to_dict` output (or haystack-ai's ``State.to_dict``). Returns ``cls``.
 
+        Values are checked against the schema like initial data; where JSON lost a type the declared type can
+        restore (a ``Counter`` stored as an object, ...), the value is converted back.
+
         :param data: The serialised state.
         :returns: An instance of ``cls``.
-        :raises StateSerializationError: If the input is malformed.
+        :raises StateSerializationError: If the input is malformed: not a dict, a schema that cannot be loaded or
+            is invalid, a ``data`` entry that is not a serialized object, a value under a key the schema does not
+            declare or of the wrong type. The cause is chained.
         """
         if not isinstance(data, Mapping) or "schema" not in data:
             raise StateSerializationError("State.from_dict expects a dict with 'schema' and 'data' entries.")
@@ -367,7 +457,14 @@ class State:
             raise StateSerializationError(f"State.from_dict cannot read the 'data' entry: {exc}") from exc
         if not isinstance(values, dict):
             raise StateSerializationError(f"State.from_dict: 'data' must hold an object, got {type(values).__name__}.")
-        return cls(schema, values)
+        try:
+            for key, value in values.items():
+                entry = schema.get(key)
+                if isinstance(entry, Mapping) and "type" in entry:
+                    values[key] = type_check(entry["type"]).convert(key, value)
+            return cls(schema, values)
+        except (StateSchemaError, StateTypeError, UnknownStateKeyError, TypeError) as exc:
+            raise StateSerializationError(f"State.from_dict: {exc}") from exc
 
     def __repr__(self) -> str:
         with self._lock:
@@ -386,7 +483,7 @@ class StagedState(State):
     :param parent: The state to stage writes for.
     """
 
-    def __init__(self, parent: State) -> None:  # noqa: D107 - documented on the class
+    def __init__(self, parent: State) -> None:
         with parent._lock:
             self._init(parent._specs)
             self._values = {
@@ -400,8 +497,26 @@ class StagedState(State):
         self.writes: list[tuple[str, Any, Handler | None]] = []
 
     def _write(self, key: str, value: Any, handler_override: Handler | None) -> None:
+        if value is not RESET:
+            # Record a private, read-only copy: a caller that changes its object after set() cannot change what
+            # commit() applies.
+            value = freeze(value)
         super()._write(key, value, handler_override)
         self.writes.append((key, value, handler_override))
+
+    def apply(self, writes: list[tuple[str, Any, Handler | None]]) -> None:
+        """
+        Stage ``(key, value, handler_override)`` writes, atomically: if one fails, none of them is staged.
+
+        :param writes: The writes, as ``set`` takes them.
+        """
+        with self._lock:
+            staged = len(self.writes)
+            try:
+                super().apply(writes)
+            except BaseException:
+                del self.writes[staged:]
+                raise
 
     def commit(self) -> None:
         """

@@ -5,10 +5,11 @@ A value enters the state once, through :func:`freeze`, which takes a private, re
 
 - built-in containers become read-only ones: ``dict`` -> :class:`FrozenDict`, ``list`` -> :class:`FrozenList`
   (subclasses of ``dict`` and ``list``, so ``isinstance``, ``==``, ``json.dumps`` and pydantic accept them),
-  ``set`` -> :class:`FrozenSet`; tuples are frozen item by item;
+  ``set`` -> :class:`FrozenSet` (a subclass of ``set``); tuples and frozensets are frozen item by item;
 - dataclass instances (``Document``, ``ChatMessage``, your own) are copied field by field with their fields
   frozen; immutable scalars (str, int, float, bool, bytes, None, enums, dates, ...) are kept as they are;
-- other objects (pydantic models, arbitrary classes) are deep-copied.
+- other objects (pydantic models, arbitrary classes, and subclasses of ``dict`` and ``list`` such as
+  ``collections.Counter``, whose type must survive) are deep-copied.
 
 Reading goes through :func:`read`, which is cheap: the top-level container comes back as a fresh, ordinary
 ``list``/``dict``/``set`` (a shallow copy, one C-level pass) that the caller may change at will; everything
@@ -31,7 +32,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, NoReturn
 
-__all__ = ["SCALARS", "FrozenDict", "FrozenList", "FrozenSet", "freeze", "read", "thaw"]
+__all__ = ["SCALARS", "SHAREABLE", "FrozenDict", "FrozenList", "FrozenSet", "freeze", "read", "thaw"]
 
 _IMMUTABLE_TYPES: tuple[type, ...] = (
     str,
@@ -71,7 +72,7 @@ class FrozenDict(dict[Any, Any]):
     has_objects: ClassVar[bool] = False  # True when some value inside is a mutable object, copied on read
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _read_only
 
-    def copy(self) -> dict[Any, Any]:  # type: ignore[override]
+    def copy(self) -> dict[Any, Any]:
         """A shallow, mutable copy."""
         return dict(self)
 
@@ -127,13 +128,36 @@ class FrozenListWithObjects(FrozenList):
     has_objects: ClassVar[bool] = True
 
 
-class FrozenSet(frozenset[Any]):
-    """A ``frozenset`` that remembers it stands for a ``set``: reading it gives back a mutable ``set``."""
+class FrozenSet(set[Any]):
+    """A read-only ``set``. Equal to a plain set. ``copy()`` returns a mutable set."""
 
     __slots__ = ()
+    add = discard = remove = pop = clear = update = _read_only
+    intersection_update = difference_update = symmetric_difference_update = _read_only
+    __ior__ = __iand__ = __isub__ = __ixor__ = _read_only
+
+    def copy(self) -> set[Any]:
+        """A shallow, mutable copy."""
+        return set(self)
+
+    def __copy__(self) -> set[Any]:
+        return set(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> set[Any]:
+        return {thaw(v) for v in self}
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        return (freeze, (set(self),))
+
+    def __repr__(self) -> str:
+        return repr(set(self))
 
 
 _FROZEN = frozenset({FrozenDict, FrozenList, FrozenDictWithObjects, FrozenListWithObjects})
+_AS_IS = SCALARS | _FROZEN  # stored as they are: immutable scalars and values frozen already
+# Frozen values that read() may share: immutable scalars and read-only containers with nothing mutable inside.
+SHAREABLE = SCALARS | {FrozenDict, FrozenList}  # FrozenSet is not: a set may hold hashable mutable objects
+_KEPT_AS_IS = (*_IMMUTABLE_TYPES, FrozenDict, FrozenList, FrozenSet)  # what freeze() keeps, subclasses included
 
 
 def frozen_dict(items: dict[Any, Any]) -> FrozenDict:
@@ -160,20 +184,144 @@ def frozen_list(items: list[Any]) -> FrozenList:
     return FrozenList(items)
 
 
-def _is_frozen_dataclass(value: Any) -> bool:
-    params = getattr(type(value), "__dataclass_params__", None)
-    return bool(params is not None and params.frozen)
+# --- per-type decisions, made once per class -------------------------------------------------------------------
+
+_UNSET: Any = object()
 
 
-def _fields_set(value: Any) -> list[str]:
-    return [f.name for f in dataclasses.fields(value) if hasattr(value, f.name)]
+class _DataclassInfo:
+    """What freeze/read/thaw need to know about a dataclass, computed once per class."""
+
+    __slots__ = ("fast_copy", "fields", "frozen")
+
+    def __init__(self, kind: type) -> None:
+        self.fields = tuple(f.name for f in dataclasses.fields(kind))
+        params = getattr(kind, "__dataclass_params__", None)
+        self.frozen = bool(params is not None and params.frozen)
+        # Whether a shallow copy is just a new instance with the same __dict__ (what copy.copy does for a plain
+        # class, only much faster); classes that customise copying or pickling, or use __slots__, go through
+        # copy.copy.
+        cls: Any = kind
+        base: Any = object
+        self.fast_copy = (
+            cls.__new__ is base.__new__
+            and cls.__reduce_ex__ is base.__reduce_ex__
+            and cls.__reduce__ is base.__reduce__
+            and cls.__getstate__ is base.__getstate__
+            and not hasattr(kind, "__setstate__")
+            and not hasattr(kind, "__copy__")
+            and all("__slots__" not in vars(ancestor) for ancestor in kind.__mro__[:-1])
+        )
+
+
+_DATACLASSES: dict[type, _DataclassInfo] = {}
+
+
+def _dataclass_info(kind: type) -> _DataclassInfo:
+    info = _DATACLASSES.get(kind)
+    if info is None:
+        info = _DATACLASSES[kind] = _DataclassInfo(kind)
+    return info
+
+
+def _shallow_copy(value: Any, info: _DataclassInfo) -> Any:
+    if info.fast_copy:
+        clone = object.__new__(type(value))
+        clone.__dict__.update(value.__dict__)
+        return clone
+    return copy.copy(value)
+
+
+def _fields_set(value: Any) -> list[tuple[str, Any]]:
+    """The dataclass fields of ``value`` that hold a value, with it."""
+    fields = []
+    for name in _dataclass_info(type(value)).fields:
+        inner = getattr(value, name, _UNSET)
+        if inner is not _UNSET:
+            fields.append((name, inner))
+    return fields
+
+
+# How read() treats a frozen value of a type (see needs_copy_on_read).
+_NEVER = 0  # immutable: always shared
+_FLAG = 1  # FrozenDict/FrozenList: copied when they hold mutable objects (their has_objects flag)
+_ITEMS = 2  # tuple, frozenset, FrozenSet: copied when an item needs it
+_FROZEN_DATACLASS = 3  # copied when a field needs it
+_DATACLASS = 4  # always copied: a shallow copy, with the fields that need it copied
+_OBJECT = 5  # always deep-copied
+_CATEGORIES: dict[type, int] = {}
+
+
+def _category(kind: type) -> int:
+    category = _CATEGORIES.get(kind)
+    if category is None:
+        if issubclass(kind, FrozenDict | FrozenList):
+            category = _FLAG
+        elif issubclass(kind, _IMMUTABLE_TYPES):
+            category = _NEVER
+        elif issubclass(kind, tuple | FrozenSet | frozenset):
+            category = _ITEMS
+        elif dataclasses.is_dataclass(kind):
+            category = _FROZEN_DATACLASS if _dataclass_info(kind).frozen else _DATACLASS
+        else:
+            category = _OBJECT
+        _CATEGORIES[kind] = category
+    return category
 
 
 def _freeze_dataclass(value: Any) -> Any:
-    clone = copy.copy(value)
-    for name in _fields_set(value):
-        object.__setattr__(clone, name, freeze(getattr(value, name)))
+    info = _dataclass_info(type(value))
+    clone = _shallow_copy(value, info)
+    for name in info.fields:
+        inner = getattr(value, name, _UNSET)
+        if inner is _UNSET or type(inner) in _AS_IS:
+            continue
+        frozen = freeze(inner)
+        if frozen is not inner:
+            object.__setattr__(clone, name, frozen)
     return clone
+
+
+def _freeze_tuple(value: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(map(freeze, value))
+
+
+def _freeze_namedtuple(value: Any) -> Any:
+    return type(value)(*map(freeze, value))
+
+
+def _freeze_set(value: set[Any]) -> FrozenSet:
+    return FrozenSet(map(freeze, value))
+
+
+def _freeze_frozenset(value: frozenset[Any]) -> frozenset[Any]:
+    return frozenset(map(freeze, value))
+
+
+def _kept(value: Any) -> Any:
+    return value
+
+
+_FREEZERS: dict[type, Callable[[Any], Any]] = {}
+
+
+def _freezer(kind: type) -> Callable[[Any], Any]:
+    how = _FREEZERS.get(kind)
+    if how is None:
+        if issubclass(kind, _KEPT_AS_IS):
+            how = _kept
+        elif issubclass(kind, tuple):
+            how = _freeze_namedtuple if hasattr(kind, "_fields") else _freeze_tuple
+        elif issubclass(kind, set):
+            how = _freeze_set
+        elif issubclass(kind, frozenset):
+            how = _freeze_frozenset
+        elif dataclasses.is_dataclass(kind):
+            how = _freeze_dataclass
+        else:
+            how = copy.deepcopy
+        _FREEZERS[kind] = how
+    return how
 
 
 def freeze(value: Any) -> Any:
@@ -186,27 +334,15 @@ def freeze(value: Any) -> Any:
     :returns: The frozen value, equal to ``value``.
     """
     kind = type(value)
-    if kind in SCALARS or kind in _FROZEN:
+    if kind in _AS_IS:
         return value
-    if kind is dict and SCALARS.issuperset(map(type, value.values())):
-        return FrozenDict(value)
-    if isinstance(value, _IMMUTABLE_TYPES) or isinstance(value, FrozenDict | FrozenList | FrozenSet):
-        return value
-    if isinstance(value, dict):
+    if kind is dict:
+        if SCALARS.issuperset(map(type, value.values())):
+            return FrozenDict(value)
         return frozen_dict({k: freeze(v) for k, v in value.items()})
-    if isinstance(value, list):
+    if kind is list:
         return frozen_list([freeze(v) for v in value])
-    if isinstance(value, tuple):
-        if hasattr(value, "_fields"):  # namedtuple
-            return kind(*(freeze(v) for v in value))
-        return tuple(freeze(v) for v in value)
-    if isinstance(value, set):
-        return FrozenSet(value)
-    if isinstance(value, frozenset):
-        return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _freeze_dataclass(value)
-    return copy.deepcopy(value)
+    return _freezer(kind)(value)
 
 
 def needs_copy_on_read(value: Any) -> bool:
@@ -214,22 +350,34 @@ def needs_copy_on_read(value: Any) -> bool:
     Whether :func:`read` must copy this frozen value (rather than share it) to protect the state.
 
     :param value: A value returned by :func:`freeze`.
-    :returns: True for mutable objects: dataclass instances that are not frozen and non-container objects.
+    :returns: True for mutable objects: dataclass instances that are not frozen and non-container objects, and
+        read-only containers that hold some.
     """
     kind = type(value)
-    if kind in _FROZEN:
-        return kind.has_objects  # type: ignore[no-any-return]
-    if kind in SCALARS:
+    if kind in SHAREABLE:
         return False
-    if isinstance(value, _IMMUTABLE_TYPES) or isinstance(value, FrozenSet | frozenset):
+    category = _category(kind)
+    if category == _NEVER:
         return False
-    if isinstance(value, FrozenDict | FrozenList):
+    if category == _FLAG:
         return bool(value.has_objects)
-    if isinstance(value, tuple):
-        return any(needs_copy_on_read(v) for v in value)
-    if dataclasses.is_dataclass(value):
-        return not _is_frozen_dataclass(value) or any(needs_copy_on_read(getattr(value, n)) for n in _fields_set(value))
+    if category == _ITEMS:
+        return any(map(needs_copy_on_read, value))
+    if category == _FROZEN_DATACLASS:
+        return any(needs_copy_on_read(inner) for _, inner in _fields_set(value))
     return True
+
+
+def _read_dataclass(value: Any) -> Any:
+    info = _dataclass_info(type(value))
+    clone = _shallow_copy(value, info)
+    for name in info.fields:
+        inner = getattr(value, name, _UNSET)
+        if inner is _UNSET or type(inner) in SHAREABLE:
+            continue
+        if needs_copy_on_read(inner):
+            object.__setattr__(clone, name, read_item(inner))
+    return clone
 
 
 def read_item(value: Any) -> Any:
@@ -241,19 +389,19 @@ def read_item(value: Any) -> Any:
     """
     if not needs_copy_on_read(value):
         return value
+    category = _category(type(value))
+    if category in (_DATACLASS, _FROZEN_DATACLASS):
+        return _read_dataclass(value)
     if isinstance(value, FrozenList):
         return frozen_list([read_item(v) for v in value])
     if isinstance(value, FrozenDict):
         return frozen_dict({k: read_item(v) for k, v in value.items()})
     if isinstance(value, tuple):
-        return type(value)(*(read_item(v) for v in value)) if hasattr(value, "_fields") else tuple(map(read_item, value))
-    if dataclasses.is_dataclass(value):
-        clone = copy.copy(value)
-        for name in _fields_set(value):
-            inner = getattr(value, name)
-            if needs_copy_on_read(inner):
-                object.__setattr__(clone, name, read_item(inner))
-        return clone
+        return type(value)(*map(read_item, value)) if hasattr(value, "_fields") else tuple(map(read_item, value))
+    if isinstance(value, FrozenSet):
+        return FrozenSet(map(read_item, value))
+    if isinstance(value, frozenset):
+        return frozenset(map(read_item, value))
     return copy.deepcopy(value)
 
 
@@ -265,14 +413,16 @@ def read(value: Any, items_need_copy: bool | None = None) -> Any:
     :param items_need_copy: For lists, whether any item needs :func:`read_item` (None: find out).
     :returns: A value equal to ``value`` that cannot be used to change the state.
     """
-    if isinstance(value, FrozenList) or type(value) is list:
+    if type(value) is list or isinstance(value, FrozenList):
         if items_need_copy is None:
-            items_need_copy = value.has_objects if isinstance(value, FrozenList) else any(map(needs_copy_on_read, value))
+            items_need_copy = (
+                value.has_objects if isinstance(value, FrozenList) else any(map(needs_copy_on_read, value))
+            )
         return [read_item(v) for v in value] if items_need_copy else list(value)
     if isinstance(value, FrozenDict):
-        return {k: read_item(v) for k, v in value.items()}
+        return {k: read_item(v) for k, v in value.items()} if value.has_objects else dict(value)
     if isinstance(value, FrozenSet):
-        return set(value)
+        return set(map(read_item, value)) if needs_copy_on_read(value) else set(value)
     return read_item(value)
 
 
@@ -288,18 +438,21 @@ def thaw(value: Any) -> Any:
     :param value: Any value.
     :returns: A deep copy with plain ``dict``/``list``/``set`` containers.
     """
-    if isinstance(value, dict):
+    kind = type(value)
+    if kind is dict or isinstance(value, FrozenDict):
         return {thaw(k): thaw(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if kind is list or isinstance(value, FrozenList):
         return [thaw(v) for v in value]
-    if isinstance(value, FrozenSet):
-        return set(value)
+    if kind in SCALARS:
+        return value
+    if kind is set or isinstance(value, FrozenSet):
+        return {thaw(v) for v in value}
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return tuple(thaw(v) for v in value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        clone = copy.copy(value)
-        for name in _fields_set(value):
-            object.__setattr__(clone, name, thaw(getattr(value, name)))
+        clone = _shallow_copy(value, _dataclass_info(kind))
+        for name, inner in _fields_set(value):
+            object.__setattr__(clone, name, thaw(inner))
         return clone
     if isinstance(value, _IMMUTABLE_TYPES):
         return value
