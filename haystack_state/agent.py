@@ -17,7 +17,7 @@ from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict, logging
 from haystack.core.serialization import component_to_dict
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, ToolCall
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT, select_streaming_callback
 from haystack.tools.serde_utils import deserialize_tools_or_toolset_inplace, serialize_tools_or_toolset
 from haystack.tools.tool import Tool
@@ -38,8 +38,13 @@ from haystack_state.agent_loop import (
     model_tools,
     normalize_hooks,
 )
+from haystack_state.errors import ThreadNotFoundError
+from haystack_state.history import CheckpointHistory
 from haystack_state.invoker import run_tool_calls, run_tool_calls_async
+from haystack_state.persistence.base import Checkpointer
+from haystack_state.persistence.records import CheckpointMeta
 from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
+from haystack_state.threads import ThreadSession, ThreadSnapshot
 from haystack_state.tools.spec import tool_specs
 
 __all__ = ["Agent"]
@@ -140,6 +145,8 @@ class Agent:
         raise_on_tool_invocation_failure: bool = False,
         tool_concurrency_limit: int = 4,
         hooks: dict[str, Hook | list[Hook]] | None = None,
+        checkpointer: Checkpointer | None = None,
+        interrupt_before: list[str] | None = None,
     ) -> None:
         self.chat_generator = chat_generator
         self.tools = tools if tools is not None else []
@@ -151,6 +158,8 @@ class Agent:
         self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
         self.tool_concurrency_limit = tool_concurrency_limit
         self.hooks = normalize_hooks(hooks)
+        self.checkpointer = checkpointer
+        self.interrupt_before = list(interrupt_before or [])
 
         self._specs = tool_specs(self.tools)
         if self._specs and not _accepts(chat_generator.run, "tools"):
@@ -171,6 +180,13 @@ class Agent:
                 f"exit_conditions {unknown} name no tool of this agent. Use 'text' or one of: "
                 f"{', '.join(self._specs) or 'no tools'}."
             )
+        unknown = [name for name in self.interrupt_before if name not in self._specs]
+        if unknown:
+            raise ValueError(
+                f"interrupt_before {unknown} name no tool of this agent. Tools: {', '.join(self._specs) or 'none'}."
+            )
+        if self.interrupt_before and checkpointer is None:
+            raise ValueError("interrupt_before needs a checkpointer: an interrupted run is resumed from its thread.")
         if max_agent_steps < 1 or tool_concurrency_limit < 1:
             raise ValueError("max_agent_steps and tool_concurrency_limit must be at least 1.")
 
@@ -178,7 +194,14 @@ class Agent:
             if key != "messages":
                 component.set_input_type(self, name=key, type=spec.type, default=None)
         outputs: dict[str, Any] = {key: spec.type for key, spec in self._specs_fields.items()}
-        outputs.update(last_message=ChatMessage, step_count=int, exit_reason=str, token_usage=dict[str, Any])
+        outputs.update(
+            last_message=ChatMessage,
+            step_count=int,
+            exit_reason=str,
+            token_usage=dict[str, Any],
+            pending_tool_calls=list[ToolCall],
+            checkpoint_id=str | None,
+        )
         component.set_output_types(self, **outputs)
         self._loop_config = LoopConfig(
             schema=self._specs_fields,
@@ -190,6 +213,7 @@ class Agent:
             generator_streams=_accepts(chat_generator.run, "streaming_callback"),
             hooks=self.hooks,
             model_tools=model_tools(self._specs.values()),
+            interrupt_before=frozenset(self.interrupt_before),
         )
         self._is_warmed_up = False
 
@@ -238,26 +262,44 @@ class Agent:
         return [spec.tool for spec in self._specs.values()]
 
     def run(
-        self, messages: list[ChatMessage], streaming_callback: StreamingCallbackT | None = None, **state_inputs: Any
+        self,
+        messages: list[ChatMessage],
+        streaming_callback: StreamingCallbackT | None = None,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+        **state_inputs: Any,
     ) -> dict[str, Any]:
         """
         Run the agent until the model answers in text, an exit-condition tool succeeds, or the step limit is hit.
 
         :param messages: The conversation so far (typically one user message).
         :param streaming_callback: Overrides the callback given at construction for this run.
+        :param thread_id: Run on this durable thread (needs a ``checkpointer``): load its state, append
+            ``messages``, and commit a checkpoint after every model reply and every step's tool results. With no
+            new messages, finishes tool calls a crashed run left pending.
+        :param checkpoint_id: With ``thread_id``, start from this earlier checkpoint: the run forks a new branch
+            and leaves the old one as it was.
         :param state_inputs: Initial values for state keys, written through their handlers.
         :returns: ``messages``, ``last_message``, every state key, ``step_count``, ``exit_reason`` ("text", the name
-            of the exit tool, or "max_agent_steps") and ``token_usage`` (summed from the replies' ``usage`` meta).
+            of the exit tool, "max_agent_steps" or "interrupted"), ``token_usage`` (summed from the replies'
+            ``usage`` meta), ``pending_tool_calls`` (the calls waiting for ``resume`` after an interrupt) and
+            ``checkpoint_id`` (the thread's head after the run, or None without a thread).
         :raises AgentRunError: If the chat generator raises; the error carries the partial State.
         :raises ToolInvocationError: With ``raise_on_tool_invocation_failure``, when a tool call fails.
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         self.warm_up()
-        flow = agent_loop(self._config(callback), messages, state_inputs)
+        session = self._session(thread_id, checkpoint_id)
+        flow = agent_loop(self._config(callback), messages, state_inputs, session)
         return self._drive(flow)
 
     async def run_async(
-        self, messages: list[ChatMessage], streaming_callback: StreamingCallbackT | None = None, **state_inputs: Any
+        self,
+        messages: list[ChatMessage],
+        streaming_callback: StreamingCallbackT | None = None,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+        **state_inputs: Any,
     ) -> dict[str, Any]:
         """
         Run the agent asynchronously. Same parameters and outputs as :meth:`run`; the chat generator's
@@ -265,13 +307,108 @@ class Agent:
 
         :param messages: The conversation so far.
         :param streaming_callback: Overrides the callback given at construction for this run (sync or async).
+        :param thread_id: Run on this durable thread (see :meth:`run`).
+        :param checkpoint_id: With ``thread_id``, fork from this earlier checkpoint.
         :param state_inputs: Initial values for state keys.
         :returns: The same outputs as :meth:`run`.
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         await self.warm_up_async()
-        flow = agent_loop(self._config(callback), messages, state_inputs)
+        session = self._session(thread_id, checkpoint_id)
+        flow = agent_loop(self._config(callback), messages, state_inputs, session)
         return await self._drive_async(flow)
+
+    # --- durable threads ---------------------------------------------------------------------------------------
+
+    def _session(self, thread_id: str | None, checkpoint_id: str | None) -> ThreadSession | None:
+        if thread_id is None:
+            if checkpoint_id is not None:
+                raise ValueError("checkpoint_id needs a thread_id.")
+            return None
+        if self.checkpointer is None:
+            raise ValueError(f"thread_id='{thread_id}' needs an Agent created with a checkpointer.")
+        return ThreadSession(self.checkpointer, thread_id, self._specs_fields, checkpoint_id)
+
+    def resume(
+        self,
+        thread_id: str,
+        decisions: dict[str, Any],
+        streaming_callback: StreamingCallbackT | None = None,
+    ) -> dict[str, Any]:
+        """
+        Continue a run that stopped at an ``interrupt_before`` tool, possibly in another process, days later.
+
+        :param thread_id: The interrupted thread.
+        :param decisions: For each pending call id: ``"approve"`` (run it), ``"reject"`` (the model is told a human
+            rejected it) or ``{"arguments": {...}}`` (run it with these arguments instead).
+        :param streaming_callback: Overrides the callback given at construction.
+        :returns: The same outputs as :meth:`run`.
+        :raises ValueError: If the thread is not interrupted, or a pending call has no (valid) decision.
+        """
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
+        self.warm_up()
+        flow = agent_loop(self._config(callback), [], {}, self._session(thread_id, None), decisions)
+        return self._drive(flow)
+
+    async def resume_async(
+        self,
+        thread_id: str,
+        decisions: dict[str, Any],
+        streaming_callback: StreamingCallbackT | None = None,
+    ) -> dict[str, Any]:
+        """Continue an interrupted run asynchronously. Same parameters and outputs as :meth:`resume`."""
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
+        await self.warm_up_async()
+        flow = agent_loop(self._config(callback), [], {}, self._session(thread_id, None), decisions)
+        return await self._drive_async(flow)
+
+    def get_state(self, thread_id: str, checkpoint_id: str | None = None) -> ThreadSnapshot:
+        """
+        A thread's state at its head, or at an earlier checkpoint.
+
+        :param thread_id: The thread.
+        :param checkpoint_id: An earlier checkpoint of the thread; the head if None.
+        :returns: The values, the checkpoint's record and any pending tool calls.
+        :raises ThreadNotFoundError: If the thread has no checkpoint.
+        :raises CheckpointNotFoundError: If the thread has no such checkpoint.
+        """
+        session = self._session(thread_id, checkpoint_id)
+        assert session is not None
+        if session.is_new:
+            raise ThreadNotFoundError(thread_id)
+        return session.snapshot()
+
+    def get_history(self, thread_id: str) -> CheckpointHistory:
+        """
+        A thread's checkpoints, newest first, each with its id, parent id, step, source (input, model, tools or
+        update), tool names, creation time and changed keys. Renders as a table in notebooks.
+
+        :param thread_id: The thread.
+        :returns: The checkpoints.
+        """
+        if self.checkpointer is None:
+            raise ValueError("get_history needs an Agent created with a checkpointer.")
+        history = self.checkpointer.history(thread_id)
+        if not history:
+            raise ThreadNotFoundError(thread_id)
+        return CheckpointHistory(history)
+
+    def update_state(self, thread_id: str, values: dict[str, Any]) -> CheckpointMeta:
+        """
+        A human edit of a thread's state: the values are written through their keys' handlers, all or nothing, and
+        recorded as a checkpoint of its own (source ``"update"``).
+
+        :param thread_id: The thread.
+        :param values: key -> value.
+        :returns: The new checkpoint's record.
+        :raises StateTypeError: If a value does not fit its key (nothing is written).
+        :raises ThreadConflictError: If a run committed to the thread meanwhile.
+        """
+        session = self._session(thread_id, None)
+        assert session is not None
+        state = session.load_state()
+        state.update(values)
+        return session.commit(state, "update")
 
     # --- executing the loop's effects ------------------------------------------------------------------
 

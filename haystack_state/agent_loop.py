@@ -7,20 +7,23 @@ tools, run hooks) and receives the results. ``Agent.run`` executes the effects s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, ToolCall
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT
 from haystack.tools.tool import Tool
 
 from haystack_state.errors import AgentRunError, ToolInvocationError
 from haystack_state.handlers import merge_lists
+from haystack_state.persistence.delta import Source
 from haystack_state.schema import FieldSpec
 from haystack_state.state import State
+from haystack_state.threads import ThreadSession, apply_decisions, pending_tool_calls
 from haystack_state.tools.spec import ToolSpec
 
 __all__ = [
+    "EXIT_INTERRUPTED",
     "EXIT_MAX_STEPS",
     "EXIT_TEXT",
     "HOOK_POINTS",
@@ -38,11 +41,14 @@ __all__ = [
 ]
 
 HOOK_POINTS = ("before_run", "before_llm", "after_tool", "after_run", "on_exit")
-RESERVED_OUTPUTS = frozenset({"last_message", "step_count", "exit_reason", "token_usage"})
+RESERVED_OUTPUTS = frozenset(
+    {"last_message", "step_count", "exit_reason", "token_usage", "pending_tool_calls", "checkpoint_id"}
+)
 #: ``run`` parameters other than ``messages`` (which is the state key itself): no state key may take their name.
-RESERVED_INPUTS = frozenset({"streaming_callback"})
+RESERVED_INPUTS = frozenset({"streaming_callback", "thread_id", "checkpoint_id"})
 EXIT_TEXT = "text"
 EXIT_MAX_STEPS = "max_agent_steps"
+EXIT_INTERRUPTED = "interrupted"
 
 Hook = Callable[..., Any]
 
@@ -161,15 +167,28 @@ class LoopConfig:
     generator_streams: bool
     hooks: dict[str, list[Hook]]
     model_tools: list[Tool] | None = None
+    interrupt_before: frozenset[str] = frozenset()
 
 
-def _initial_state(config: LoopConfig, messages: list[ChatMessage], inputs: Mapping[str, Any]) -> State:
-    state = State({key: spec.as_entry() for key, spec in config.schema.items()})
+def _prepare_state(
+    config: LoopConfig, messages: list[ChatMessage], inputs: Mapping[str, Any], session: ThreadSession | None
+) -> State:
+    """The run's State: fresh, or the thread's with the run-scoped keys reset; then the inputs and messages."""
+    if session is None:
+        state = State({key: spec.as_entry() for key, spec in config.schema.items()})
+    else:
+        state = session.load_state()
+        if not session.is_new:
+            for key, spec in config.schema.items():
+                if spec.scope == "run":
+                    state.reset(key)
     state.update({key: value for key, value in inputs.items() if value is not None})
     conversation = list(messages)
-    if config.system_prompt and not (conversation and conversation[0].is_from("system")):
+    is_new = session is None or session.is_new
+    if is_new and config.system_prompt and not (conversation and conversation[0].is_from("system")):
         conversation.insert(0, ChatMessage.from_system(config.system_prompt))
-    state.set("messages", conversation)
+    if conversation:
+        state.set("messages", conversation)
     return state
 
 
@@ -190,7 +209,11 @@ def _tools_may_write_messages(tools: Iterable[ToolSpec]) -> bool:
 
 
 def agent_loop(
-    config: LoopConfig, messages: list[ChatMessage], inputs: Mapping[str, Any]
+    config: LoopConfig,
+    messages: list[ChatMessage],
+    inputs: Mapping[str, Any],
+    session: ThreadSession | None = None,
+    decisions: Mapping[str, Any] | None = None,
 ) -> Generator[Effect, Any, dict[str, Any]]:
     """
     The agent loop as a generator of effects (see the module docstring).
@@ -199,27 +222,40 @@ def agent_loop(
     ``raise_on_tool_invocation_failure``) gets it as ``state``; anything else (the chat generator, a hook) is raised
     as an ``AgentRunError`` chained to the cause.
 
+    With a thread ``session``, the state is loaded from the thread and a checkpoint is committed after the inputs,
+    after each model reply and after each step's tool results. If the thread's last model reply has tool calls whose
+    results were never committed (a crash, or an interrupt), the run starts by running them; ``decisions`` (from
+    ``Agent.resume``) approve, reject or edit them first.
+
     :param config: The agent's settings.
     :param messages: The run's input messages.
     :param inputs: Initial values for state keys.
+    :param session: The thread to load and commit to, if any.
+    :param decisions: Decisions on interrupted tool calls, by call id.
     :returns: The run's outputs (as the generator's return value).
     """
     unknown = sorted(set(inputs) - set(config.schema))
     if unknown:
         raise ValueError(f"Agent.run got unknown inputs {unknown}; the state keys are: {', '.join(config.schema)}.")
-    state = _initial_state(config, messages, inputs)
+    pending: list[ToolCall] = []
+    if session is not None:
+        pending = pending_tool_calls(session.load_state(), session.loaded)
+        _check_pending(session, pending, messages, decisions)
+    state = _prepare_state(config, messages, inputs, session)
     hooks = config.hooks
     step = 0
+    base_step = session.step if session is not None else 0
     exit_reason = EXIT_MAX_STEPS
     usage: dict[str, Any] = {}
     tools_for_model = config.model_tools if config.model_tools is not None else model_tools(config.tools)
     # The conversation as the model is sent it, kept in step with the state's ``messages`` by appending what the
-    # loop itself writes there, so a step costs no read of the whole history (a read copies every message).
+    # loop itself writes there, so a step costs no read of the whole history.
     # It is re-read after anything else may have written ``messages``: a hook, or a tool that can write it.
     mirror = config.schema["messages"].handler is merge_lists
     tools_write_messages = _tools_may_write_messages(config.tools)
     conversation: list[ChatMessage] | None = None
     current = 1  # the step under way, for error messages
+    waiting: list[ToolCall] = []
 
     def failure(stage: str, exc: Exception) -> Exception:
         # The error to raise, carrying the state, with the cause it must be raised from (re-raising a
@@ -231,6 +267,10 @@ def agent_loop(
         error.__cause__ = exc
         return error
 
+    def commit(source: Source, tool_names: Sequence[str] = (), metadata: dict[str, Any] | None = None) -> None:
+        if session is not None and (state.has_changes() or source != "input"):
+            session.commit(state, source, tool_names=tool_names, metadata=metadata, step=base_step + step)
+
     def run_hooks(point: str) -> Generator[Effect, Any, list[Any]]:
         nonlocal conversation
         conversation = None
@@ -241,9 +281,39 @@ def agent_loop(
             raise error from error.__cause__
         return returned
 
+    def run_tools(
+        replies: list[ChatMessage], rejected: dict[str, ChatMessage], order: list[str | None]
+    ) -> Generator[Effect, Any, str | None]:
+        nonlocal conversation
+        executed: list[ChatMessage] = []
+        try:
+            if replies:
+                executed = yield RunTools(replies, state, config.streaming_callback)
+        except Exception as exc:
+            error = failure("a tool call", exc)
+            raise error from error.__cause__
+        tool_messages = _in_call_order(order, executed, rejected)
+        state.set("messages", tool_messages)
+        if tools_write_messages or conversation is None:
+            conversation = None
+        else:
+            conversation.extend(tool_messages)
+        if hooks.get("after_tool"):
+            yield from run_hooks("after_tool")
+        names = [m.tool_call_result.origin.tool_name for m in tool_messages if m.tool_call_result is not None]
+        commit("tools", tool_names=names)
+        return _exit_tool(config, replies, tool_messages)
+
+    commit("input")
     if hooks.get("before_run"):
         yield from run_hooks("before_run")
-    while step < config.max_agent_steps:
+    exit_now: str | None = None
+    if pending:
+        to_run, rejected = apply_decisions(pending, decisions or {})
+        exit_now = yield from run_tools(to_run, rejected, [call.id for call in pending])
+        if exit_now is not None:
+            exit_reason = exit_now
+    while exit_now is None and step < config.max_agent_steps:
         current = step + 1
         if hooks.get("before_llm"):
             yield from run_hooks("before_llm")
@@ -267,30 +337,22 @@ def agent_loop(
             if isinstance(reply_usage, Mapping):
                 usage = add_usage(usage, reply_usage)
         step += 1
-        exit_now: str | None = None
-        if not any(reply.tool_calls for reply in replies):
-            exit_now = EXIT_TEXT
-        else:
-            try:
-                tool_messages = yield RunTools(replies, state, config.streaming_callback)
-            except Exception as exc:
-                error = failure("a tool call", exc)
-                raise error from error.__cause__
-            state.set("messages", tool_messages)
-            if tools_write_messages:
-                conversation = None
-            else:
-                conversation.extend(tool_messages)
-            if hooks.get("after_tool"):
-                yield from run_hooks("after_tool")
-            exit_now = _exit_tool(config, replies, tool_messages)
+        calls = [call for reply in replies for call in reply.tool_calls]
+        if session is not None and any(call.tool_name in config.interrupt_before for call in calls):
+            waiting = calls
+            commit("model", metadata={"interrupted": True, "pending": [call.id for call in calls]})
+            exit_reason = EXIT_INTERRUPTED
+            break
+        commit("model")
+        exit_now = EXIT_TEXT if not calls else (yield from run_tools(replies, {}, []))
         if exit_now is not None:
             exit_reason = exit_now
-            if not hooks.get("on_exit") or not any(r is True for r in (yield from run_hooks("on_exit"))):
-                break
-            exit_reason = EXIT_MAX_STEPS
+            if hooks.get("on_exit") and any(r is True for r in (yield from run_hooks("on_exit"))):
+                exit_now, exit_reason = None, EXIT_MAX_STEPS
     if hooks.get("after_run"):
         yield from run_hooks("after_run")
+        if state.has_changes():
+            commit("update")
     if conversation is None or not mirror:
         conversation = state.get("messages") or []
     outputs: dict[str, Any] = {key: state.get(key) for key in config.schema if key != "messages"}
@@ -300,5 +362,40 @@ def agent_loop(
         step_count=step,
         exit_reason=exit_reason,
         token_usage=usage,
+        pending_tool_calls=waiting,
+        checkpoint_id=session.head_id if session is not None else None,
     )
     return outputs
+
+
+def _check_pending(
+    session: ThreadSession, pending: list[ToolCall], messages: list[ChatMessage], decisions: Mapping[str, Any] | None
+) -> None:
+    """Refuse a run that would leave the thread's pending tool calls unanswered."""
+    interrupted = bool(session.loaded and session.loaded.metadata.get("interrupted"))
+    names = ", ".join(sorted({call.tool_name for call in pending}))
+    if pending and interrupted and decisions is None:
+        raise ValueError(
+            f"Thread '{session.thread_id}' is interrupted before tool call(s) to {names}; continue it with "
+            "agent.resume(thread_id, decisions={call_id: 'approve' | 'reject' | {'arguments': {...}}})."
+        )
+    if pending and messages:
+        raise ValueError(
+            f"Thread '{session.thread_id}' has tool call(s) to {names} whose results were never committed; run it "
+            "once without new messages (agent.run(messages=[], thread_id=...)) to finish them first."
+        )
+    if decisions is not None and not interrupted:
+        raise ValueError(f"Thread '{session.thread_id}' is not interrupted: there is nothing to resume.")
+
+
+def _in_call_order(
+    order: list[str | None], executed: list[ChatMessage], rejected: dict[str, ChatMessage]
+) -> list[ChatMessage]:
+    """The tool results of the executed calls and the rejected ones, in the order the model listed the calls."""
+    if not rejected:
+        return executed
+    by_id: dict[str | None, ChatMessage] = {
+        m.tool_call_result.origin.id: m for m in executed if m.tool_call_result is not None
+    }
+    by_id.update(rejected)
+    return [by_id[call_id] for call_id in order if call_id in by_id]

@@ -152,12 +152,13 @@ def test_state_keys_are_optional_inputs_and_outputs() -> None:
     pipeline.add_component("agent", agent)
     inputs = pipeline.inputs(include_components_with_connected_inputs=True)["agent"]
     outputs = pipeline.outputs()["agent"]
-    assert set(inputs) == {"messages", "streaming_callback", *SCHEMA}
+    assert set(inputs) == {"messages", "streaming_callback", "thread_id", "checkpoint_id", *SCHEMA}
     for key in SCHEMA:
         assert inputs[key]["is_mandatory"] is False
         assert inputs[key]["type"] == SCHEMA[key]["type"]
     assert inputs["messages"]["is_mandatory"] is True
-    assert set(outputs) == {"messages", "last_message", "step_count", "exit_reason", "token_usage", *SCHEMA}
+    run_facts = {"step_count", "exit_reason", "token_usage", "pending_tool_calls", "checkpoint_id"}
+    assert set(outputs) == {"messages", "last_message", *run_facts, *SCHEMA}
     assert outputs["total"]["type"] is int
 
 
