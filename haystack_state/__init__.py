@@ -3,6 +3,7 @@
 from haystack.core.serialization import allow_deserialization_module
 
 from haystack_state.agent import Agent
+from haystack_state.display import StateDiff
 from haystack_state.errors import (
     AgentRunError,
     CheckpointError,
@@ -24,8 +25,19 @@ from haystack_state.errors import (
     UnknownStateKeyError,
 )
 from haystack_state.handlers import RESET, add, merge_dicts, merge_lists, replace_values, unique
+from haystack_state.history import CheckpointHistory
 from haystack_state.invoker import ToolInvoker
+from haystack_state.persistence import (
+    Checkpoint,
+    Checkpointer,
+    CheckpointMeta,
+    InMemoryCheckpointer,
+    SQLiteCheckpointer,
+    ThreadInfo,
+    register_type,
+)
 from haystack_state.state import StagedState, State
+from haystack_state.threads import ThreadSnapshot
 from haystack_state.tools import ComponentTool, FunctionTool, ToolSpec, tool, tool_spec, tool_specs
 from haystack_state.values import FrozenDict, FrozenList, thaw
 
@@ -34,6 +46,16 @@ from haystack_state.values import FrozenDict, FrozenList, thaw
 allow_deserialization_module("haystack_state")
 
 __all__ = [
+    "register_type",
+    "ThreadSnapshot",
+    "ThreadInfo",
+    "StateDiff",
+    "SQLiteCheckpointer",
+    "InMemoryCheckpointer",
+    "CheckpointHistory",
+    "Checkpointer",
+    "CheckpointMeta",
+    "Checkpoint",
     "RESET",
     "Agent",
     "AgentRunError",

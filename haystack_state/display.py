@@ -8,7 +8,7 @@ from typing import Any
 
 from haystack_state.schema import FieldSpec, type_name
 
-__all__ = ["state_html", "state_repr", "summarize"]
+__all__ = ["StateDiff", "state_html", "state_repr", "summarize"]
 
 
 def summarize(value: Any, width: int = 40) -> str:
@@ -63,3 +63,33 @@ def state_html(specs: Mapping[str, FieldSpec], values: Mapping[str, Any]) -> str
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("key", "type", "handler", "value", "description"))
     return f'<table class="haystack-state"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+class StateDiff(dict[str, tuple[Any, Any]]):
+    """
+    What differs between two states: ``{key: (before, after)}`` for each key whose value differs (a missing value is
+    ``None``). Prints as one line per key and renders as a table in notebooks.
+    """
+
+    def __str__(self) -> str:
+        if not self:
+            return "no changes"
+        return "\n".join(f"{key}: {_change(before, after)}" for key, (before, after) in self.items())
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(key)}</td><td>{html.escape(_change(before, after))}</td></tr>"
+            for key, (before, after) in self.items()
+        )
+        head = "<thead><tr><th>key</th><th>change</th></tr></thead>"
+        return f'<table class="haystack-state-diff">{head}<tbody>{rows}</tbody></table>'
+
+
+def _change(before: Any, after: Any) -> str:
+    """``+2 items``, ``3 keys -> 4 keys``, ``'Alice' -> 'Bob'``, ``unset -> 1 item``."""
+    if isinstance(before, list) and isinstance(after, list) and after[: len(before)] == before:
+        added = len(after) - len(before)
+        return f"+{added} item{'s' if added != 1 else ''}"
+    left = "unset" if before is None else summarize(before)
+    right = "unset" if after is None else summarize(after)
+    return f"{left} -> {right}"

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
@@ -13,7 +14,7 @@ from typing import Any
 
 from haystack.utils import _deserialize_value_with_schema, _serialize_value_with_schema
 
-from haystack_state.display import state_html, state_repr
+from haystack_state.display import StateDiff, state_html, state_repr
 from haystack_state.errors import (
     StateHandlerError,
     StateSchemaError,
@@ -31,7 +32,7 @@ from haystack_state.schema import (
     type_check,
     type_name,
 )
-from haystack_state.values import SHAREABLE, freeze, needs_copy_on_read, read, thaw
+from haystack_state.values import SHAREABLE, freeze, needs_copy_on_read, read, thaw, to_jsonable
 
 __all__ = ["State", "StagedState"]
 
@@ -256,6 +257,36 @@ class State:
             for key, value, handler in writes:
                 self._write(key, value, handler)
                 written[key] = self._values.get(key)
+
+    def diff(self, other: State) -> StateDiff:
+        """
+        What differs from this state to ``other``: ``{key: (value here, value there)}`` for each key whose values
+        differ (``None`` where a key holds no value). Prints one line per key; renders as a table in notebooks.
+
+        :param other: The state to compare with (for example a later checkpoint's).
+        :returns: The differences.
+        """
+        mine, theirs = self.data, other.data
+        keys = list(self._specs) + [key for key in other._specs if key not in self._specs]
+        return StateDiff({key: (mine.get(key), theirs.get(key)) for key in keys if mine.get(key) != theirs.get(key)})
+
+    def size(self) -> dict[str, int]:
+        """
+        The bytes each key holds, measured as the UTF-8 length of its JSON rendering: roughly what the value costs
+        in a prompt or a checkpoint. Shows which key is growing before the state outgrows a model's context.
+
+        :returns: key -> bytes, largest first; keys without a value are left out.
+        """
+        with self._lock:
+            values = dict(self._values)
+        sizes = {}
+        for key, value in values.items():
+            try:
+                text = json.dumps(to_jsonable(value), ensure_ascii=False, default=str)
+            except (TypeError, ValueError):
+                text = str(value)
+            sizes[key] = len(text.encode("utf-8"))
+        return dict(sorted(sizes.items(), key=lambda item: item[1], reverse=True))
 
     def has_changes(self) -> bool:
         """Whether any value changed since the last :meth:`drain_changes` (or since the state was built)."""

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, NoReturn
 
-__all__ = ["SCALARS", "SHAREABLE", "FrozenDict", "FrozenList", "FrozenSet", "freeze", "read", "thaw"]
+__all__ = ["SCALARS", "SHAREABLE", "FrozenDict", "FrozenList", "FrozenSet", "freeze", "read", "thaw", "to_jsonable"]
 
 _IMMUTABLE_TYPES: tuple[type, ...] = (
     str,
@@ -467,3 +467,25 @@ def freeze_all(values: Iterable[Any]) -> list[Any]:
     :returns: A plain list of frozen items.
     """
     return [freeze(v) for v in values]
+
+
+def to_jsonable(value: Any) -> Any:
+    """
+    A JSON-compatible rendering of a value, for showing it to a model or measuring it: objects with ``to_dict``
+    (haystack's dataclasses) and pydantic models are dumped, other dataclasses turned into dicts, sets and tuples
+    into lists. Anything else is returned as it is (``json.dumps`` may still refuse it).
+
+    :param value: Any value.
+    :returns: The JSON-compatible rendering.
+    """
+    if hasattr(value, "to_dict") and callable(value.to_dict):
+        return to_jsonable(value.to_dict())
+    if hasattr(value, "model_dump") and callable(value.model_dump):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in value]
+    return value
