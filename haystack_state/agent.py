@@ -6,13 +6,9 @@ the model calls, tool calls and hooks it asks for.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import copy
 import dataclasses
-import inspect
-from collections.abc import Awaitable, Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict, logging
@@ -26,25 +22,18 @@ from haystack.tools.utils import warm_up_tools, warm_up_tools_async
 from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
 
+from haystack_state.agent_drive import Effects, accepts, drive, drive_async
 from haystack_state.agent_loop import (
     RESERVED_INPUTS,
     RESERVED_OUTPUTS,
-    CallModel,
-    Effect,
     LoopConfig,
-    RunHooks,
-    RunTools,
     agent_loop,
     model_tools,
     normalize_hooks,
 )
-from haystack_state.errors import ThreadNotFoundError
-from haystack_state.history import CheckpointHistory
-from haystack_state.invoker import run_tool_calls, run_tool_calls_async
+from haystack_state.agent_threads import ThreadMethods
 from haystack_state.persistence.base import Checkpointer
-from haystack_state.persistence.records import CheckpointMeta
 from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
-from haystack_state.threads import ThreadSession, ThreadSnapshot
 from haystack_state.tools.spec import tool_specs
 
 __all__ = ["Agent"]
@@ -54,38 +43,8 @@ logger = logging.getLogger(__name__)
 Hook = Callable[..., Any]
 
 
-def _accepts(method: Callable[..., Any], name: str) -> bool:
-    try:
-        params = inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def _wait(awaitable: Awaitable[Any]) -> Any:
-    """Run an awaitable (an async hook's) to completion from synchronous code."""
-
-    async def waiter() -> Any:
-        return await awaitable
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # no loop in this thread: run it on a fresh one
-        return asyncio.run(waiter())
-    # An event loop runs in this thread (``run`` called from a notebook cell or a coroutine): it cannot be
-    # re-entered, so the awaitable runs on a loop of its own in a helper thread.
-    context = contextvars.copy_context()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="haystack-state-hook") as helper:
-        return helper.submit(context.run, asyncio.run, waiter()).result()
-
-
-def _call_hook_sync(hook: Hook, state: Any) -> Any:
-    returned = hook(state)
-    return _wait(returned) if inspect.isawaitable(returned) else returned
-
-
 @component
-class Agent:
+class Agent(ThreadMethods):
     """
     A tool-calling agent over a typed State: it sends the messages and the tools to the chat generator, runs the
     tool calls the model makes (in parallel where they are independent, merging their outputs into the state), and
@@ -127,10 +86,17 @@ class Agent:
         each given the live State; ``{"before_llm": fn}`` or ``{"before_llm": [fn, ...]}``. They may be ``async``
         (awaited by ``run_async``, run to completion by ``run``). An ``on_exit`` hook that returns ``True`` (exactly)
         keeps the agent running (after, typically, adding a message to the state).
+    :param checkpointer: Where durable threads live (see ``haystack_state.persistence``): with it, ``run(...,
+        thread_id=...)`` loads the thread's state and commits a checkpoint after every model reply and every step's
+        tool results; ``get_state``, ``get_history``, ``update_state`` and ``resume`` read and edit threads. Keys
+        with ``"scope": "run"`` in the schema are reset at the start of every run of a thread; the others
+        (``messages`` always) are kept.
+    :param interrupt_before: Tool names before which a run on a thread stops, with ``exit_reason="interrupted"``
+        and the calls in ``pending_tool_calls``, until ``resume`` gets a decision for each. Needs a checkpointer.
     :raises TypeError: If tools are given and the chat generator's ``run`` does not accept ``tools``.
     :raises StateSchemaError: If the state schema is invalid.
-    :raises ValueError: For a schema key that clashes with an output or a ``run`` parameter, an unknown hook point
-        or exit condition.
+    :raises ValueError: For a schema key that clashes with an output or a ``run`` parameter, an unknown hook point,
+        exit condition or ``interrupt_before`` tool, or ``interrupt_before`` without a checkpointer.
     """
 
     def __init__(
@@ -162,7 +128,7 @@ class Agent:
         self.interrupt_before = list(interrupt_before or [])
 
         self._specs = tool_specs(self.tools)
-        if self._specs and not _accepts(chat_generator.run, "tools"):
+        if self._specs and not accepts(chat_generator.run, "tools"):
             raise TypeError(
                 f"{type(chat_generator).__name__}.run does not accept a 'tools' parameter, so it cannot be given "
                 f"tools ({', '.join(self._specs)}). Use a chat generator with tool support."
@@ -210,12 +176,20 @@ class Agent:
             exit_conditions=self.exit_conditions,
             max_agent_steps=self.max_agent_steps,
             streaming_callback=None,
-            generator_streams=_accepts(chat_generator.run, "streaming_callback"),
+            generator_streams=accepts(chat_generator.run, "streaming_callback"),
             hooks=self.hooks,
             model_tools=model_tools(self._specs.values()),
             interrupt_before=frozenset(self.interrupt_before),
         )
         self._is_warmed_up = False
+
+    def _effects(self) -> Effects:
+        return Effects(
+            chat_generator=self.chat_generator,
+            specs=self._specs,
+            raise_on_failure=self.raise_on_tool_invocation_failure,
+            max_workers=self.tool_concurrency_limit,
+        )
 
     def _config(self, streaming_callback: StreamingCallbackT | None) -> LoopConfig:
         if streaming_callback is None:
@@ -274,24 +248,32 @@ class Agent:
 
         :param messages: The conversation so far (typically one user message).
         :param streaming_callback: Overrides the callback given at construction for this run.
-        :param thread_id: Run on this durable thread (needs a ``checkpointer``): load its state, append
-            ``messages``, and commit a checkpoint after every model reply and every step's tool results. With no
-            new messages, finishes tool calls a crashed run left pending.
+        :param thread_id: Run on this durable thread (needs a ``checkpointer``): load its state, reset its
+            run-scoped keys, append ``messages``, and commit a checkpoint after every model reply and every step's
+            tool results. With no new messages on a run that stopped early (a crash, an error), continue that run:
+            run the tool calls it left pending, keep its run-scoped keys and its step count.
         :param checkpoint_id: With ``thread_id``, start from this earlier checkpoint: the run forks a new branch
             and leaves the old one as it was.
         :param state_inputs: Initial values for state keys, written through their handlers.
-        :returns: ``messages``, ``last_message``, every state key, ``step_count``, ``exit_reason`` ("text", the name
-            of the exit tool, "max_agent_steps" or "interrupted"), ``token_usage`` (summed from the replies'
-            ``usage`` meta), ``pending_tool_calls`` (the calls waiting for ``resume`` after an interrupt) and
-            ``checkpoint_id`` (the thread's head after the run, or None without a thread).
+        :returns: ``messages``, ``last_message``, every state key, ``step_count`` (the run's model calls; on a
+            continued run, those before it stopped included), ``exit_reason`` ("text", the name of the exit tool,
+            "max_agent_steps" or "interrupted"), ``token_usage`` (summed from this call's replies' ``usage`` meta),
+            ``pending_tool_calls`` (the calls waiting for ``resume`` after an interrupt) and ``checkpoint_id`` (the
+            thread's head after the run, or None without a thread).
         :raises AgentRunError: If the chat generator raises; the error carries the partial State.
         :raises ToolInvocationError: With ``raise_on_tool_invocation_failure``, when a tool call fails.
+        :raises ValueError: For a thread interrupted before a tool (use ``resume``), or new messages while tool
+            calls of the thread are pending.
+        :raises ThreadConflictError: If another run committed to the thread meanwhile (the failed commit wrote
+            nothing).
+        :raises CodecError: If a state value cannot be stored (the message names the key; nothing was written).
+        :raises CheckpointNotFoundError: For an unknown ``checkpoint_id``.
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         self.warm_up()
         session = self._session(thread_id, checkpoint_id)
         flow = agent_loop(self._config(callback), messages, state_inputs, session)
-        return self._drive(flow)
+        return drive(flow, self._effects())
 
     async def run_async(
         self,
@@ -316,18 +298,9 @@ class Agent:
         await self.warm_up_async()
         session = self._session(thread_id, checkpoint_id)
         flow = agent_loop(self._config(callback), messages, state_inputs, session)
-        return await self._drive_async(flow)
+        return await drive_async(flow, self._effects())
 
     # --- durable threads ---------------------------------------------------------------------------------------
-
-    def _session(self, thread_id: str | None, checkpoint_id: str | None) -> ThreadSession | None:
-        if thread_id is None:
-            if checkpoint_id is not None:
-                raise ValueError("checkpoint_id needs a thread_id.")
-            return None
-        if self.checkpointer is None:
-            raise ValueError(f"thread_id='{thread_id}' needs an Agent created with a checkpointer.")
-        return ThreadSession(self.checkpointer, thread_id, self._specs_fields, checkpoint_id)
 
     def resume(
         self,
@@ -343,12 +316,14 @@ class Agent:
             rejected it) or ``{"arguments": {...}}`` (run it with these arguments instead).
         :param streaming_callback: Overrides the callback given at construction.
         :returns: The same outputs as :meth:`run`.
-        :raises ValueError: If the thread is not interrupted, or a pending call has no (valid) decision.
+        :raises ThreadNotFoundError: If the thread has no checkpoint.
+        :raises ValueError: If the thread is not interrupted, or a pending call has no (valid) decision; nothing
+            is written then, and the thread stays interrupted.
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         self.warm_up()
-        flow = agent_loop(self._config(callback), [], {}, self._session(thread_id, None), decisions)
-        return self._drive(flow)
+        flow = agent_loop(self._config(callback), [], {}, self._existing(thread_id), decisions)
+        return drive(flow, self._effects())
 
     async def resume_async(
         self,
@@ -359,117 +334,8 @@ class Agent:
         """Continue an interrupted run asynchronously. Same parameters and outputs as :meth:`resume`."""
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         await self.warm_up_async()
-        flow = agent_loop(self._config(callback), [], {}, self._session(thread_id, None), decisions)
-        return await self._drive_async(flow)
-
-    def get_state(self, thread_id: str, checkpoint_id: str | None = None) -> ThreadSnapshot:
-        """
-        A thread's state at its head, or at an earlier checkpoint.
-
-        :param thread_id: The thread.
-        :param checkpoint_id: An earlier checkpoint of the thread; the head if None.
-        :returns: The values, the checkpoint's record and any pending tool calls.
-        :raises ThreadNotFoundError: If the thread has no checkpoint.
-        :raises CheckpointNotFoundError: If the thread has no such checkpoint.
-        """
-        session = self._session(thread_id, checkpoint_id)
-        assert session is not None
-        if session.is_new:
-            raise ThreadNotFoundError(thread_id)
-        return session.snapshot()
-
-    def get_history(self, thread_id: str) -> CheckpointHistory:
-        """
-        A thread's checkpoints, newest first, each with its id, parent id, step, source (input, model, tools or
-        update), tool names, creation time and changed keys. Renders as a table in notebooks.
-
-        :param thread_id: The thread.
-        :returns: The checkpoints.
-        """
-        if self.checkpointer is None:
-            raise ValueError("get_history needs an Agent created with a checkpointer.")
-        history = self.checkpointer.history(thread_id)
-        if not history:
-            raise ThreadNotFoundError(thread_id)
-        return CheckpointHistory(history)
-
-    def update_state(self, thread_id: str, values: dict[str, Any]) -> CheckpointMeta:
-        """
-        A human edit of a thread's state: the values are written through their keys' handlers, all or nothing, and
-        recorded as a checkpoint of its own (source ``"update"``).
-
-        :param thread_id: The thread.
-        :param values: key -> value.
-        :returns: The new checkpoint's record.
-        :raises StateTypeError: If a value does not fit its key (nothing is written).
-        :raises ThreadConflictError: If a run committed to the thread meanwhile.
-        """
-        session = self._session(thread_id, None)
-        assert session is not None
-        state = session.load_state()
-        state.update(values)
-        return session.commit(state, "update")
-
-    # --- executing the loop's effects ------------------------------------------------------------------
-
-    def _drive(self, flow: Generator[Effect, Any, dict[str, Any]]) -> dict[str, Any]:
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                effect = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            value, error = None, None
-            try:
-                if isinstance(effect, CallModel):
-                    value = self.chat_generator.run(**effect.inputs)
-                elif isinstance(effect, RunTools):
-                    value = run_tool_calls(
-                        effect.messages,
-                        effect.state,
-                        self._specs,
-                        raise_on_failure=self.raise_on_tool_invocation_failure,
-                        max_workers=self.tool_concurrency_limit,
-                        streaming_callback=effect.streaming_callback,  # type: ignore[arg-type]  # sync-selected
-                    )
-                elif isinstance(effect, RunHooks):
-                    value = [_call_hook_sync(hook, effect.state) for hook in effect.hooks]
-            except Exception as exc:
-                error = exc
-
-    async def _drive_async(self, flow: Generator[Effect, Any, dict[str, Any]]) -> dict[str, Any]:
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                effect = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            value, error = None, None
-            try:
-                if isinstance(effect, CallModel):
-                    run_async = getattr(self.chat_generator, "run_async", None)
-                    if run_async is not None:
-                        value = await run_async(**effect.inputs)
-                    else:
-                        value = await asyncio.to_thread(self.chat_generator.run, **effect.inputs)
-                elif isinstance(effect, RunTools):
-                    value = await run_tool_calls_async(
-                        effect.messages,
-                        effect.state,
-                        self._specs,
-                        raise_on_failure=self.raise_on_tool_invocation_failure,
-                        max_workers=self.tool_concurrency_limit,
-                        streaming_callback=effect.streaming_callback,
-                    )
-                elif isinstance(effect, RunHooks):
-                    value = []
-                    for hook in effect.hooks:
-                        returned = hook(effect.state)
-                        value.append(await returned if inspect.isawaitable(returned) else returned)
-            except Exception as exc:
-                error = exc
+        flow = agent_loop(self._config(callback), [], {}, self._existing(thread_id), decisions)
+        return await drive_async(flow, self._effects())
 
     # --- serialisation ---------------------------------------------------------------------------------------
 

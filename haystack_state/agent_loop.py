@@ -19,7 +19,7 @@ from haystack_state.handlers import merge_lists
 from haystack_state.persistence.delta import Source
 from haystack_state.schema import FieldSpec
 from haystack_state.state import State
-from haystack_state.threads import ThreadSession, apply_decisions, pending_tool_calls
+from haystack_state.threads import ThreadSession, in_call_order, plan_continuation, reset_run_scope
 from haystack_state.tools.spec import ToolSpec
 
 __all__ = [
@@ -171,17 +171,22 @@ class LoopConfig:
 
 
 def _prepare_state(
-    config: LoopConfig, messages: list[ChatMessage], inputs: Mapping[str, Any], session: ThreadSession | None
+    config: LoopConfig,
+    messages: list[ChatMessage],
+    inputs: Mapping[str, Any],
+    session: ThreadSession | None,
+    continuing: bool,
 ) -> State:
-    """The run's State: fresh, or the thread's with the run-scoped keys reset; then the inputs and messages."""
+    """
+    The run's State: fresh, or the thread's with the run-scoped keys reset (unless the run continues an unfinished
+    one); then the inputs and messages.
+    """
     if session is None:
         state = State({key: spec.as_entry() for key, spec in config.schema.items()})
     else:
         state = session.load_state()
-        if not session.is_new:
-            for key, spec in config.schema.items():
-                if spec.scope == "run":
-                    state.reset(key)
+        if not session.is_new and not continuing:
+            reset_run_scope(state)
     state.update({key: value for key, value in inputs.items() if value is not None})
     conversation = list(messages)
     is_new = session is None or session.is_new
@@ -223,9 +228,11 @@ def agent_loop(
     as an ``AgentRunError`` chained to the cause.
 
     With a thread ``session``, the state is loaded from the thread and a checkpoint is committed after the inputs,
-    after each model reply and after each step's tool results. If the thread's last model reply has tool calls whose
-    results were never committed (a crash, or an interrupt), the run starts by running them; ``decisions`` (from
-    ``Agent.resume``) approve, reject or edit them first.
+    after each model reply, after each step's tool results and, if hooks changed the state after that, at the end
+    (``"update"``). Run without new messages on an unfinished run (a crash, an error or an interrupt came first, see
+    :mod:`haystack_state.threads`), it continues that run: the run-scoped keys and the step count are kept,
+    ``before_run`` hooks are not run again, and the tool calls whose results were never committed run first
+    (``decisions``, from ``Agent.resume``, approve, reject or edit them).
 
     :param config: The agent's settings.
     :param messages: The run's input messages.
@@ -237,14 +244,23 @@ def agent_loop(
     unknown = sorted(set(inputs) - set(config.schema))
     if unknown:
         raise ValueError(f"Agent.run got unknown inputs {unknown}; the state keys are: {', '.join(config.schema)}.")
+    if config.interrupt_before and session is None:
+        raise ValueError(
+            f"This agent stops before {', '.join(sorted(config.interrupt_before))} for a human's approval, which needs "
+            "a durable thread to resume from: run it with thread_id=..."
+        )
+    planned: tuple[list[ChatMessage], dict[str, ChatMessage]] | None = None
+    continuing = False
     pending: list[ToolCall] = []
     if session is not None:
-        pending = pending_tool_calls(session.load_state(), session.loaded)
-        _check_pending(session, pending, messages, decisions)
-    state = _prepare_state(config, messages, inputs, session)
+        planned = plan_continuation(session, messages, decisions)  # raises before anything is committed
+        continuing = session.continues and not messages
+        pending = session.pending
+    state = _prepare_state(config, messages, inputs, session, continuing)
     hooks = config.hooks
-    step = 0
-    base_step = session.step if session is not None else 0
+    # ``step`` counts the model calls of the run, those an unfinished run made before this call included.
+    step = session.run_step if session is not None and continuing else 0
+    base_step = session.step - step if session is not None else 0
     exit_reason = EXIT_MAX_STEPS
     usage: dict[str, Any] = {}
     tools_for_model = config.model_tools if config.model_tools is not None else model_tools(config.tools)
@@ -254,7 +270,7 @@ def agent_loop(
     mirror = config.schema["messages"].handler is merge_lists
     tools_write_messages = _tools_may_write_messages(config.tools)
     conversation: list[ChatMessage] | None = None
-    current = 1  # the step under way, for error messages
+    current = max(step, 1)  # the step under way, for error messages
     waiting: list[ToolCall] = []
 
     def failure(stage: str, exc: Exception) -> Exception:
@@ -267,9 +283,15 @@ def agent_loop(
         error.__cause__ = exc
         return error
 
-    def commit(source: Source, tool_names: Sequence[str] = (), metadata: dict[str, Any] | None = None) -> None:
-        if session is not None and (state.has_changes() or source != "input"):
-            session.commit(state, source, tool_names=tool_names, metadata=metadata, step=base_step + step)
+    def commit(source: Source, tool_names: Sequence[str] = (), *, continues: bool = False) -> None:
+        if session is None or (source in ("input", "update") and not state.has_changes()):
+            return
+        metadata: dict[str, Any] = {"run_step": step}
+        if continues:
+            metadata["continues"] = True
+        if waiting:
+            metadata.update(interrupted=True, pending=[call.id for call in waiting])
+        session.commit(state, source, tool_names=tool_names, metadata=metadata, step=base_step + step)
 
     def run_hooks(point: str) -> Generator[Effect, Any, list[Any]]:
         nonlocal conversation
@@ -292,7 +314,7 @@ def agent_loop(
         except Exception as exc:
             error = failure("a tool call", exc)
             raise error from error.__cause__
-        tool_messages = _in_call_order(order, executed, rejected)
+        tool_messages = in_call_order(order, executed, rejected)
         state.set("messages", tool_messages)
         if tools_write_messages or conversation is None:
             conversation = None
@@ -301,15 +323,16 @@ def agent_loop(
         if hooks.get("after_tool"):
             yield from run_hooks("after_tool")
         names = [m.tool_call_result.origin.tool_name for m in tool_messages if m.tool_call_result is not None]
-        commit("tools", tool_names=names)
-        return _exit_tool(config, replies, tool_messages)
+        exit_tool = _exit_tool(config, replies, tool_messages)
+        commit("tools", tool_names=names, continues=exit_tool is None and step < config.max_agent_steps)
+        return exit_tool
 
-    commit("input")
-    if hooks.get("before_run"):
+    commit("input", continues=True)
+    if hooks.get("before_run") and not continuing:
         yield from run_hooks("before_run")
     exit_now: str | None = None
-    if pending:
-        to_run, rejected = apply_decisions(pending, decisions or {})
+    if planned is not None:
+        to_run, rejected = planned
         exit_now = yield from run_tools(to_run, rejected, [call.id for call in pending])
         if exit_now is not None:
             exit_reason = exit_now
@@ -340,10 +363,10 @@ def agent_loop(
         calls = [call for reply in replies for call in reply.tool_calls]
         if session is not None and any(call.tool_name in config.interrupt_before for call in calls):
             waiting = calls
-            commit("model", metadata={"interrupted": True, "pending": [call.id for call in calls]})
+            commit("model", continues=True)
             exit_reason = EXIT_INTERRUPTED
             break
-        commit("model")
+        commit("model", continues=bool(calls))
         exit_now = EXIT_TEXT if not calls else (yield from run_tools(replies, {}, []))
         if exit_now is not None:
             exit_reason = exit_now
@@ -351,8 +374,7 @@ def agent_loop(
                 exit_now, exit_reason = None, EXIT_MAX_STEPS
     if hooks.get("after_run"):
         yield from run_hooks("after_run")
-        if state.has_changes():
-            commit("update")
+    commit("update", continues=bool(waiting))  # what on_exit and after_run hooks changed since the last checkpoint
     if conversation is None or not mirror:
         conversation = state.get("messages") or []
     outputs: dict[str, Any] = {key: state.get(key) for key in config.schema if key != "messages"}
@@ -366,36 +388,3 @@ def agent_loop(
         checkpoint_id=session.head_id if session is not None else None,
     )
     return outputs
-
-
-def _check_pending(
-    session: ThreadSession, pending: list[ToolCall], messages: list[ChatMessage], decisions: Mapping[str, Any] | None
-) -> None:
-    """Refuse a run that would leave the thread's pending tool calls unanswered."""
-    interrupted = bool(session.loaded and session.loaded.metadata.get("interrupted"))
-    names = ", ".join(sorted({call.tool_name for call in pending}))
-    if pending and interrupted and decisions is None:
-        raise ValueError(
-            f"Thread '{session.thread_id}' is interrupted before tool call(s) to {names}; continue it with "
-            "agent.resume(thread_id, decisions={call_id: 'approve' | 'reject' | {'arguments': {...}}})."
-        )
-    if pending and messages:
-        raise ValueError(
-            f"Thread '{session.thread_id}' has tool call(s) to {names} whose results were never committed; run it "
-            "once without new messages (agent.run(messages=[], thread_id=...)) to finish them first."
-        )
-    if decisions is not None and not interrupted:
-        raise ValueError(f"Thread '{session.thread_id}' is not interrupted: there is nothing to resume.")
-
-
-def _in_call_order(
-    order: list[str | None], executed: list[ChatMessage], rejected: dict[str, ChatMessage]
-) -> list[ChatMessage]:
-    """The tool results of the executed calls and the rejected ones, in the order the model listed the calls."""
-    if not rejected:
-        return executed
-    by_id: dict[str | None, ChatMessage] = {
-        m.tool_call_result.origin.id: m for m in executed if m.tool_call_result is not None
-    }
-    by_id.update(rejected)
-    return [by_id[call_id] for call_id in order if call_id in by_id]

@@ -5,6 +5,11 @@ A :class:`ThreadSession` is one run's handle on a thread. It loads the state at 
 checkpoint, to fork), and each ``commit`` writes only the changes the State journaled since the previous commit:
 the items appended to list keys, the new values of replaced keys. Commits are optimistic: if another run committed
 to the thread in between, ``ThreadConflictError`` is raised and nothing is written.
+
+A run that did not finish (a crash, an error, an interrupt) leaves the thread *open*: its conversation ends with tool
+calls whose results were never committed (*pending* calls), or its head is marked ``continues`` (the run committed
+its input, or a step's tool results, and meant to go on). A later run with no new messages continues that run: it
+keeps the run-scoped keys and the step count, and starts with the pending calls.
 """
 
 from __future__ import annotations
@@ -22,29 +27,49 @@ from haystack_state.persistence.records import CheckpointMeta
 from haystack_state.schema import FieldSpec
 from haystack_state.state import State
 
-__all__ = ["REJECTED", "ThreadSession", "ThreadSnapshot", "apply_decisions", "pending_tool_calls"]
+__all__ = [
+    "REJECTED",
+    "RUN_METADATA",
+    "ThreadSession",
+    "ThreadSnapshot",
+    "apply_decisions",
+    "in_call_order",
+    "pending_tool_calls",
+    "plan_continuation",
+    "reset_run_scope",
+]
 
 REJECTED = "A human reviewer rejected this tool call; it was not run."
 
+#: The checkpoint metadata that describes the run that wrote it: ``run_step`` (the model calls the run made so far),
+#: ``continues`` (the run meant to go on), ``interrupted`` and ``pending`` (the ids of the calls waiting for
+#: ``Agent.resume``). A human ``update`` of an open thread carries them over, so the run can still be continued.
+RUN_METADATA = ("run_step", "continues", "interrupted", "pending")
 
-def pending_tool_calls(state: State, head: CheckpointMeta | None) -> list[ToolCall]:
-    """
-    The tool calls of the thread's last model reply whose results were never committed: the head is a ``model``
-    checkpoint (a crash, or an interrupt, came before the tools' checkpoint).
 
-    :param state: The thread's state at ``head``.
-    :param head: The checkpoint the state was loaded from.
-    :returns: The pending calls, in the order the model listed them (empty if none).
-    """
-    if head is None or head.source != "model":
-        return []
-    messages: list[ChatMessage] = state.get("messages") or []
+def _trailing_calls(messages: Sequence[ChatMessage]) -> list[ToolCall]:
+    """The tool calls of the assistant messages that end the conversation (no tool result follows them)."""
     calls: list[ToolCall] = []
     for message in reversed(messages):
         if not message.is_from("assistant"):
             break
         calls[:0] = message.tool_calls
     return calls
+
+
+def pending_tool_calls(state: State, head: CheckpointMeta | None) -> list[ToolCall]:
+    """
+    The tool calls whose results were never committed: those of the assistant message(s) that end the thread's
+    conversation (a crash, an error or an interrupt came before the tools' checkpoint). Whatever the head's source:
+    a human ``update`` on an interrupted thread leaves its calls pending.
+
+    :param state: The thread's state at ``head``.
+    :param head: The checkpoint the state was loaded from (None: a new thread, nothing is pending).
+    :returns: The pending calls, in the order the model listed them (empty if none).
+    """
+    if head is None:
+        return []
+    return _trailing_calls(state.get("messages") or [])
 
 
 def apply_decisions(
@@ -80,13 +105,56 @@ def apply_decisions(
         elif (
             isinstance(decision, Mapping) and set(decision) == {"arguments"} and isinstance(decision["arguments"], dict)
         ):
-            to_run.append(ToolCall(tool_name=call.tool_name, arguments=dict(decision["arguments"]), id=call.id))
+            to_run.append(dataclasses.replace(call, arguments=dict(decision["arguments"])))  # keeps id and extra
         else:
             raise ValueError(
                 f"resume: the decision for call '{call.id}' must be 'approve', 'reject' or {{'arguments': {{...}}}}, "
                 f"got {decision!r}."
             )
     return ([ChatMessage.from_assistant(tool_calls=to_run)] if to_run else []), rejected
+
+
+def in_call_order(
+    order: Sequence[str | None], executed: list[ChatMessage], rejected: Mapping[str, ChatMessage]
+) -> list[ChatMessage]:
+    """
+    The tool results of the executed calls and the rejected ones, in the order the model listed the calls.
+
+    :param order: The call ids, in the model's order.
+    :param executed: The results of the calls that ran.
+    :param rejected: The error results of the rejected calls, by call id.
+    :returns: The results.
+    """
+    if not rejected:
+        return executed
+    by_id: dict[str | None, ChatMessage] = {
+        m.tool_call_result.origin.id: m for m in executed if m.tool_call_result is not None
+    }
+    by_id.update(rejected)
+    return [by_id[call_id] for call_id in order if call_id in by_id]
+
+
+def reset_run_scope(state: State) -> None:
+    """
+    Start a new run on a thread: reset every ``"scope": "run"`` key to its default (or to no value). A key that
+    already holds its default is left alone, so a run that changes nothing commits nothing.
+
+    :param state: The thread's state.
+    """
+    for key, spec in state.specs.items():
+        if spec.scope == "run" and _differs_from_default(state, spec):
+            state.reset(key)
+
+
+def _differs_from_default(state: State, spec: FieldSpec) -> bool:
+    if not state.has(spec.key):
+        return spec.has_default
+    if not spec.has_default:
+        return True
+    try:
+        return bool(state.get(spec.key) != spec.make_default())
+    except Exception:  # an exotic __eq__: reset, to be safe
+        return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +175,7 @@ class ThreadSnapshot:
     @property
     def interrupted(self) -> bool:
         """Whether the run stopped at an ``interrupt_before`` tool and waits for ``Agent.resume``."""
-        return bool(self.checkpoint.metadata.get("interrupted"))
+        return bool(self.pending_tool_calls) and bool(self.checkpoint.metadata.get("interrupted"))
 
 
 class ThreadSession:
@@ -130,23 +198,50 @@ class ThreadSession:
         self.checkpointer = checkpointer
         self.thread_id = thread_id
         self.schema = schema
-        self.head_id = checkpointer.head(thread_id)
-        self.parent_id = self.head_id
         self.loaded: CheckpointMeta | None = None
         self.step = 0
+        self._values: dict[str, Any] = {}
+        # The first commit expects the head this session saw: the checkpoint it loaded (read as one, even if another
+        # run moves the head meanwhile), or for a fork the head read before the fork point. A run that committed in
+        # between makes that commit fail with ThreadConflictError; nothing of it is silently dropped.
+        self.head_id = checkpointer.head(thread_id)
         if checkpoint_id is not None or self.head_id is not None:
             checkpoint = checkpointer.get(thread_id, checkpoint_id)
+            if checkpoint_id is None:
+                self.head_id = checkpoint.checkpoint_id
             self.loaded = checkpoint.meta
-            self.parent_id = checkpoint.checkpoint_id
             self.step = checkpoint.meta.step
             self._values = checkpoint.values
-        else:
-            self._values = {}
+        self.parent_id = self.loaded.checkpoint_id if self.loaded is not None else None
+        #: The pending tool calls at the loaded checkpoint (see :func:`pending_tool_calls`).
+        self.pending: list[ToolCall] = _trailing_calls(self._values.get("messages") or []) if self.loaded else []
 
     @property
     def is_new(self) -> bool:
         """Whether the thread had no checkpoint yet."""
         return self.loaded is None
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the loaded checkpoint is a run stopped at an ``interrupt_before`` tool, waiting for decisions."""
+        return bool(self.pending) and self.loaded is not None and bool(self.loaded.metadata.get("interrupted"))
+
+    @property
+    def continues(self) -> bool:
+        """Whether the loaded checkpoint is an unfinished run: pending calls, or a run that meant to go on."""
+        return bool(self.pending) or (self.loaded is not None and bool(self.loaded.metadata.get("continues")))
+
+    @property
+    def run_step(self) -> int:
+        """The model calls the unfinished run at the loaded checkpoint made so far (0 if the run finished)."""
+        value = self.loaded.metadata.get("run_step") if self.loaded is not None and self.continues else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    def run_metadata(self) -> dict[str, Any]:
+        """The loaded checkpoint's :data:`RUN_METADATA`, for an ``update`` commit to carry over."""
+        if self.loaded is None:
+            return {}
+        return {key: value for key, value in self.loaded.metadata.items() if key in RUN_METADATA}
 
     def load_state(self) -> State:
         """
@@ -218,4 +313,48 @@ class ThreadSession:
         if self.loaded is None:
             raise CheckpointError(f"Thread '{self.thread_id}' has no checkpoints.")
         state = self.load_state()
-        return ThreadSnapshot(state.data, self.loaded, pending_tool_calls(state, self.loaded))
+        return ThreadSnapshot(state.data, self.loaded, list(self.pending))
+
+
+def plan_continuation(
+    session: ThreadSession, messages: Sequence[ChatMessage], decisions: Mapping[str, Any] | None
+) -> tuple[list[ChatMessage], dict[str, ChatMessage]] | None:
+    """
+    Check a run against the thread's pending tool calls and plan their execution, before anything is committed.
+
+    :param session: The run's thread.
+    :param messages: The run's new messages.
+    :param decisions: ``Agent.resume``'s decisions, or None for ``run``.
+    :returns: None if no call is pending; otherwise the assistant message holding the calls to run (approved or
+        edited) and the error results of the rejected calls (see :func:`apply_decisions`).
+    :raises ValueError: If the thread is interrupted and ``run`` was called (not ``resume``), if new messages would
+        leave pending calls unanswered, if ``resume`` is called on a thread that is not interrupted, or for
+        decisions that do not fit the pending calls.
+    """
+    pending = session.pending
+    names = ", ".join(sorted({call.tool_name for call in pending}))
+    if session.interrupted and decisions is None:
+        raise ValueError(
+            f"Thread '{session.thread_id}' is interrupted before tool call(s) to {names}; continue it with "
+            "agent.resume(thread_id, decisions={call_id: 'approve' | 'reject' | {'arguments': {...}}})."
+        )
+    if pending and messages:
+        raise ValueError(
+            f"Thread '{session.thread_id}' has tool call(s) to {names} whose results were never committed; run it "
+            "once without new messages (agent.run(messages=[], thread_id=...)) to finish them first."
+        )
+    if decisions is not None and not session.interrupted:
+        hint = (
+            f" Its pending tool call(s) to {names} come from a run that stopped early; agent.run(messages=[], "
+            "thread_id=...) finishes them."
+            if pending
+            else ""
+        )
+        raise ValueError(f"Thread '{session.thread_id}' is not interrupted: there is nothing to resume.{hint}")
+    if not pending:
+        return None
+    if decisions is None:
+        return [ChatMessage.from_assistant(tool_calls=list(pending))], {}
+    if not isinstance(decisions, Mapping):
+        raise ValueError(f"resume: decisions must be a dict {{call_id: decision}}, got {type(decisions).__name__}.")
+    return apply_decisions(pending, decisions)

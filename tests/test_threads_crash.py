@@ -1,0 +1,234 @@
+"""
+Crash recovery on durable threads: a worker process is SIGKILLed in the middle of a run, and another process
+continues the thread with ``agent.run(messages=[], thread_id=...)``; the final state equals an uninterrupted run's
+and no committed checkpoint is lost. Also: failures inside the process (a tool, the model), what a continued run
+keeps (run-scoped keys, the step count, hooks), and the codec's allowlist across processes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from haystack.dataclasses import ChatMessage
+from workers import harness, thread_worker
+from workers.harness import Worker, store_spec
+from workers.thread_worker import build_agent
+
+from haystack_state import AgentRunError, CodecError, State, ToolExecutionError
+from haystack_state.persistence import Checkpointer, InMemoryCheckpointer
+
+store = harness.store
+persistent_store = harness.persistent_store
+postgres_dsn = harness.postgres_dsn
+postgres_schema = harness.postgres_schema
+Harness = harness.Harness
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_failures() -> Iterator[None]:
+    yield
+    thread_worker.FAIL_ONCE.clear()
+
+
+def user(text: str) -> list[ChatMessage]:
+    return [ChatMessage.from_user(text)]
+
+
+def branch(cp: Checkpointer, thread_id: str) -> list[Any]:
+    """The checkpoints from the thread's root to its head, oldest first."""
+    by_id = {meta.checkpoint_id: meta for meta in cp.history(thread_id)}
+    current: str | None = cp.head(thread_id)
+    result = []
+    while current is not None:
+        result.append(by_id[current])
+        current = by_id[current].parent_id
+    return result[::-1]
+
+
+def shape(cp: Checkpointer, thread_id: str) -> list[tuple[str, int, tuple[str, ...], tuple[str, ...]]]:
+    return [(m.source, m.step, m.tool_names, m.changed_keys) for m in branch(cp, thread_id)]
+
+
+def reference(task: str, **inputs: Any) -> tuple[dict[str, Any], list[Any]]:
+    """The final state and checkpoint shape of an uninterrupted run of ``task``."""
+    with InMemoryCheckpointer() as cp:
+        build_agent(cp).run(user(task), thread_id="reference", **inputs)
+        return cp.get("reference").values, shape(cp, "reference")
+
+
+# --- a worker killed with SIGKILL -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("block", "head_source", "pending"),
+    [
+        ("tool:alpha-2", "model", ["c2-0"]),  # killed while the tool runs: its call was committed, its result not
+        ("model:alpha@3", "tools", []),  # killed while the model thinks: the step's results were committed
+    ],
+)
+def test_a_killed_run_continues_in_another_process_to_the_uninterrupted_state(
+    persistent_store: Harness, tmp_path: Path, block: str, head_source: str, pending: list[str]
+) -> None:
+    signal_file = tmp_path / "reached"
+    args = ["--store", store_spec(persistent_store), "--thread", "t", "--message", "alpha:3", "--topic", "T"]
+    with Worker(*args, "--block", block, "--signal", str(signal_file)) as worker:
+        worker.wait_for(signal_file)
+        worker.kill()
+
+    cp = persistent_store.make()
+    committed = branch(cp, "t")
+    assert committed[-1].source == head_source
+    agent = build_agent(cp)
+    snapshot = agent.get_state("t")
+    assert [call.id for call in snapshot.pending_tool_calls] == pending
+    assert not snapshot.interrupted
+    if pending:
+        with pytest.raises(ValueError, match="never committed"):
+            agent.run(user("something else"), thread_id="t")
+        with pytest.raises(ValueError, match=r"not interrupted.*stopped early"):
+            agent.resume("t", {"c2-0": "approve"})
+        assert branch(cp, "t") == committed
+
+    result = agent.run([], thread_id="t")
+    assert result["exit_reason"] == "text"
+    assert result["step_count"] == 4  # the run's model calls, those before the crash included
+
+    expected_values, expected_shape = reference("alpha:3", topic="T")
+    assert cp.get("t").values == expected_values
+    assert result["topic"] == "T"  # the run-scoped input was kept: it is the same run
+    final = branch(cp, "t")
+    assert final[: len(committed)] == committed  # every checkpoint committed before the crash is still there
+    assert shape(cp, "t") == expected_shape
+    assert len(cp.history("t")) == len(final)  # and no stray branch
+
+
+def test_a_killed_run_resumed_by_a_second_worker_then_continued(persistent_store: Harness, tmp_path: Path) -> None:
+    signal_file = tmp_path / "reached"
+    spec = store_spec(persistent_store)
+    with Worker(
+        "--store",
+        spec,
+        "--thread",
+        "t",
+        "--message",
+        "alpha:2",
+        "--block",
+        "tool:alpha-1",
+        "--signal",
+        str(signal_file),
+    ) as worker:
+        worker.wait_for(signal_file)
+        worker.kill()
+    cp = persistent_store.make()
+    agent = build_agent(cp)
+    assert agent.run([], thread_id="t")["notes"] == ["alpha-1", "alpha-2"]
+    # The thread goes on as usual afterwards, from another process too.
+    with Worker("--store", spec, "--thread", "t", "--message", "beta:1") as worker:
+        worker.finish()
+    assert agent.get_state("t").values["notes"] == ["alpha-1", "alpha-2", "beta-1"]
+
+
+# --- failures inside the process --------------------------------------------------------------------------------
+
+
+def test_a_failed_tool_leaves_its_call_pending_and_a_run_without_messages_finishes_it(store: Harness) -> None:
+    cp = store.make()
+    agent = build_agent(cp, raise_on_tool_invocation_failure=True)
+    thread_worker.FAIL_ONCE.add("tool:alpha-2")
+    with pytest.raises(ToolExecutionError, match="simulated failure"):
+        agent.run(user("alpha:3"), thread_id="t", scratch=["s"])
+    committed = branch(cp, "t")
+    assert [m.source for m in committed] == ["input", "model", "tools", "model"]
+    with pytest.raises(ValueError, match="never committed"):
+        agent.run(user("other"), thread_id="t")
+    result = agent.run([], thread_id="t")
+    assert result["scratch"] == ["s", "alpha-1", "alpha-2", "alpha-3"]
+    expected_values, expected_shape = reference("alpha:3", scratch=["s"])
+    assert cp.get("t").values == expected_values
+    assert shape(cp, "t") == expected_shape
+    assert branch(cp, "t")[:4] == committed
+
+
+def test_a_failed_model_call_leaves_the_run_open_and_a_run_without_messages_continues_it(store: Harness) -> None:
+    cp = store.make()
+    agent = build_agent(cp)
+    thread_worker.FAIL_ONCE.add("model:alpha@1")
+    with pytest.raises(AgentRunError, match="simulated failure"):
+        agent.run(user("alpha:2"), thread_id="t", topic="T", scratch=["s"])
+    assert [m.source for m in branch(cp, "t")] == ["input"]
+    assert cp.get("t").meta.metadata["continues"] is True
+    result = agent.run([], thread_id="t")
+    assert (result["topic"], result["scratch"]) == ("T", ["s", "alpha-1", "alpha-2"])
+    expected_values, expected_shape = reference("alpha:2", topic="T", scratch=["s"])
+    assert cp.get("t").values == expected_values
+    assert shape(cp, "t") == expected_shape
+
+
+def test_new_messages_after_a_failed_model_call_start_a_new_run(store: Harness) -> None:
+    cp = store.make()
+    agent = build_agent(cp)
+    thread_worker.FAIL_ONCE.add("model:alpha@2")
+    with pytest.raises(AgentRunError):
+        agent.run(user("alpha:2"), thread_id="t", topic="T")
+    result = agent.run(user("beta:1"), thread_id="t")
+    assert result["topic"] == "none"  # a new run: run-scoped keys are reset
+    assert result["scratch"] == ["beta-1"]
+    assert result["notes"] == ["alpha-1", "beta-1"]
+
+
+def test_the_step_limit_counts_the_steps_before_the_crash(store: Harness) -> None:
+    cp = store.make()
+    agent = build_agent(cp, max_agent_steps=3, raise_on_tool_invocation_failure=True)
+    thread_worker.FAIL_ONCE.add("tool:alpha-2")
+    with pytest.raises(ToolExecutionError):
+        agent.run(user("alpha:9"), thread_id="t")
+    result = agent.run([], thread_id="t")
+    assert result["exit_reason"] == "max_agent_steps"
+    assert result["step_count"] == 3
+    assert result["notes"] == ["alpha-1", "alpha-2", "alpha-3"]
+    assert branch(cp, "t")[-1].metadata.get("continues") is None  # the run is over: nothing to continue
+    assert agent.run([], thread_id="t")["step_count"] == 3  # a new run, with a step limit of its own
+
+
+def test_a_continued_run_does_not_run_before_run_hooks_again(store: Harness) -> None:
+    cp = store.make()
+    calls: list[str] = []
+
+    def before_run(state: State) -> None:
+        calls.append("before_run")
+        state.set("count", 100)
+
+    def after_run(state: State) -> None:
+        calls.append("after_run")
+
+    agent = build_agent(
+        cp, raise_on_tool_invocation_failure=True, hooks={"before_run": before_run, "after_run": after_run}
+    )
+    thread_worker.FAIL_ONCE.add("tool:alpha-1")
+    with pytest.raises(ToolExecutionError):
+        agent.run(user("alpha:2"), thread_id="t")
+    assert agent.run([], thread_id="t")["count"] == 102
+    assert calls == ["before_run", "after_run"]
+    agent.run(user("beta:0"), thread_id="t")
+    assert calls == ["before_run", "after_run", "before_run", "after_run"]
+
+
+# --- the codec's allowlist across processes ------------------------------------------------------------------
+
+
+def test_loading_a_class_registered_only_in_another_process_fails_without_importing_it(
+    persistent_store: Harness,
+) -> None:
+    with Worker("--store", store_spec(persistent_store), "--thread", "t", "--message", "x", "--custom-type") as worker:
+        worker.finish()
+    assert "workers.custom_types" not in sys.modules
+    cp = persistent_store.make()
+    assert [m.source for m in branch(cp, "t")] == ["input", "model", "tools", "model"]
+    with pytest.raises(CodecError, match=r"workers\.Receipt") as raised:
+        cp.get("t")
+    assert "register" in str(raised.value)
+    assert "workers.custom_types" not in sys.modules  # loading looked the name up; it imported nothing

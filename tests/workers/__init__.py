@@ -1,0 +1,1 @@
+"""Helpers of the durable-thread tests: a deterministic agent, a worker process, the backend fixture."""
