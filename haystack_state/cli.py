@@ -205,7 +205,7 @@ def _cmd_show(args: argparse.Namespace, out: Output) -> None:
             "thread_id": args.thread,
             "head": meta.checkpoint_id == history[0].checkpoint_id,
             **_meta_json(meta),
-            "interrupted": bool(meta.metadata.get("interrupted")),
+            "interrupted": bool(meta.metadata.get("interrupted")) and bool(pending),
             "keys": [
                 {"key": k, "type": _type_name(values[k]), "size": _size(values[k]), "value": _jsonable(values[k])}
                 for k in keys
@@ -224,7 +224,7 @@ def _cmd_show(args: argparse.Namespace, out: Output) -> None:
     for line in _table(rows, right=[2]) if keys else ["(no values)"]:
         out(line)
     out("")
-    if meta.metadata.get("interrupted"):
+    if meta.metadata.get("interrupted") and pending:
         out("interrupted: waiting for Agent.resume")
     if not pending:
         out("pending tool calls: none")
