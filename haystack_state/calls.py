@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from haystack import logging
 from haystack.dataclasses import ChatMessage, ToolCall
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
@@ -37,6 +39,8 @@ __all__ = [
     "result_to_string",
     "state_writes",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Stands for "every key": a call with an injected State may read or write any key.
 ALL_KEYS: frozenset[str] = frozenset({"*"})
@@ -77,15 +81,100 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> bool:
     return a is ALL_KEYS or b is ALL_KEYS or not a.isdisjoint(b)
 
 
-def _validator(spec: ToolSpec) -> Draft202012Validator:
-    cached = _VALIDATORS.get(id(spec))
-    if cached is None or cached[0] is not spec:
-        cached = (spec, Draft202012Validator(spec.parameters))
-        _VALIDATORS[id(spec)] = cached
-    return cached[1]
+#: JSON schema types whose check is one isinstance test, with the Python types a JSON argument of that type has.
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+    "array": (list,),
+    "object": (dict,),
+}
+#: Keys of a property schema that do not constrain the value.
+_ANNOTATIONS = frozenset({"type", "description", "title", "default", "examples"})
+#: Keys of an object schema that the quick check understands.
+_QUICK_OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "description", "title"})
 
 
-_VALIDATORS: dict[int, tuple[ToolSpec, Draft202012Validator]] = {}
+@dataclasses.dataclass(frozen=True)
+class _Checker:
+    """
+    How to validate a tool's arguments: the jsonschema validator, and for the common flat schemas (each property one
+    plain ``type``) a quick check that accepts only what the validator accepts. A call the quick check passes needs no
+    validator; any other goes to the validator, which decides and explains.
+    """
+
+    validator: Draft202012Validator
+    required: tuple[str, ...] = ()
+    types: Mapping[str, tuple[type, ...]] | None = None  # None: no quick check for this schema
+    closed: bool = False  # additionalProperties is false
+
+    def quick(self, arguments: Mapping[str, Any]) -> bool:
+        types = self.types
+        if types is None:
+            return False
+        for name in self.required:
+            if name not in arguments:
+                return False
+        for name, value in arguments.items():
+            expected = types.get(name)
+            if expected is None:
+                if self.closed:
+                    return False
+            elif not isinstance(value, expected) or (type(value) is bool and bool not in expected):
+                return False
+        return True
+
+
+def _quick_types(schema: Mapping[str, Any]) -> dict[str, tuple[type, ...]] | None:
+    """The plain type of each property if the schema is a flat object schema the quick check handles, else None."""
+    if schema.get("type") != "object" or not _QUICK_OBJECT_KEYS.issuperset(schema):
+        return None
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if (
+        not isinstance(properties, dict)
+        or not isinstance(required, list)
+        or not all(isinstance(name, str) for name in required)
+    ):
+        return None
+    if not isinstance(schema.get("additionalProperties", True), bool):
+        return None
+    types = {}
+    for name, sub in properties.items():
+        if not isinstance(sub, dict) or not _ANNOTATIONS.issuperset(sub):
+            return None
+        kind = sub.get("type")
+        expected = _PLAIN_TYPES.get(kind) if isinstance(kind, str) else None
+        if expected is None:
+            return None
+        types[name] = expected
+    return types
+
+
+def _checker(spec: ToolSpec) -> _Checker:
+    """
+    The argument checker of a tool, built once per spec. The cache holds the spec weakly, so specs built per run
+    (``tools=`` at run time) do not pile up in it.
+    """
+    key = id(spec)
+    cached = _CHECKERS.get(key)
+    if cached is not None and cached[0]() is spec:
+        return cached[1]
+    schema = spec.parameters
+    types = _quick_types(schema)
+    checker = _Checker(
+        Draft202012Validator(schema),
+        required=tuple(schema.get("required", [])) if types is not None else (),
+        types=types,
+        closed=schema.get("additionalProperties") is False,
+    )
+    _CHECKERS[key] = (weakref.ref(spec, lambda _: _CHECKERS.pop(key, None)), checker)
+    return checker
+
+
+_CHECKERS: dict[int, tuple[weakref.ref[ToolSpec], _Checker]] = {}
 
 
 def _parse_arguments(tool_call: ToolCall) -> dict[str, Any]:
@@ -110,15 +199,27 @@ def _parse_arguments(tool_call: ToolCall) -> dict[str, Any]:
 
 def _validate(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
     properties = spec.parameters.get("properties", {})
-    extra = sorted(name for name in arguments if name not in properties)
+    extra = [name for name in arguments if name not in properties]
     if extra and spec.parameters.get("additionalProperties") is not True and not spec.accepts_any_keyword:
         expected = ", ".join(sorted(properties)) or "none"
         raise ToolArgumentsError(
             spec.name,
-            f"Tool '{spec.name}': unexpected argument(s) {', '.join(repr(e) for e in extra)}; "
+            f"Tool '{spec.name}': unexpected argument(s) {', '.join(repr(e) for e in sorted(extra))}; "
             f"the parameters are: {expected}.",
         )
-    error = best_match(_validator(spec).iter_errors(arguments))
+    checker = _checker(spec)
+    if checker.quick(arguments):
+        return arguments
+    try:
+        error = best_match(checker.validator.iter_errors(arguments))
+    except Exception as exc:  # the tool's schema itself is broken: that is not the model's fault
+        logger.warning(
+            "Tool '{tool}': its parameter schema cannot be used to validate arguments ({error}); "
+            "the arguments are passed unchecked.",
+            tool=spec.name,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        error = None
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path)
         subject = f"parameter '{where}'" if where else "the arguments"
@@ -152,8 +253,11 @@ def plan_calls(messages: list[ChatMessage], specs: Mapping[str, ToolSpec]) -> li
         except ToolArgumentsError as exc:
             planned.append(PlannedCall(index, tool_call, spec, {}, error=exc))
             continue
-        dropped = tuple(sorted(name for name in arguments if name in spec.hidden_params))
-        arguments = {name: value for name, value in arguments.items() if name not in spec.hidden_params}
+        hidden = spec.hidden_params
+        dropped: tuple[str, ...] = ()
+        if hidden and not hidden.isdisjoint(arguments):
+            dropped = tuple(sorted(name for name in arguments if name in hidden))
+            arguments = {name: value for name, value in arguments.items() if name not in hidden}
         try:
             _validate(spec, arguments)
         except ToolArgumentsError as exc:
@@ -236,10 +340,22 @@ def result_to_string(result: Any) -> str:
     """
     if isinstance(result, str):
         return result
-    try:
+    try:  # one pass: json encodes plain data itself and asks _json_default for the rest
+        return json.dumps(result, ensure_ascii=False, default=_json_default)
+    except Exception:
+        pass
+    try:  # e.g. keys json does not take (tuples): converted by _jsonable
         return json.dumps(_jsonable(result), ensure_ascii=False)
-    except (TypeError, ValueError):
+    except Exception:  # not JSON (or a to_dict that fails, or a cycle): the string form will do
         return str(result)
+
+
+def _json_default(value: Any) -> Any:
+    """What ``json.dumps`` encodes for a value it cannot encode itself (as ``_jsonable`` converts it)."""
+    converted = _jsonable(value)
+    if converted is value:
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return converted
 
 
 def _render(config: Mapping[str, Any], result: Any) -> Any:

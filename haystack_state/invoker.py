@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -126,6 +127,7 @@ class ToolBatch:
         while not self.done:
             call = self.calls[len(self.messages)]
             if call.error is not None:
+                logger.warning("{error}", error=str(call.error))
                 message = error_message(call.tool_call, call.error)
             elif call.index in self._outcomes:
                 message = self._merge(call, *self._outcomes.pop(call.index))
@@ -157,16 +159,23 @@ class ToolBatch:
         assert spec is not None
         error: ToolInvocationError
         if ok:
-            writes = (staged.writes if staged is not None else []) + state_writes(spec, outcome)
+            # Render first: a call whose result cannot be rendered (an outputs_to_string handler raises) fails, and a
+            # failed call merges nothing.
             try:
-                self.state.apply(writes)
+                message = result_message(spec, call.tool_call, outcome)
             except Exception as exc:
-                error = merge_error(spec.name, exc)
+                error = execution_error(spec.name, exc)
             else:
+                writes = (staged.writes if staged is not None else []) + state_writes(spec, outcome)
                 try:
-                    return result_message(spec, call.tool_call, outcome)
+                    if len(writes) == 1:  # one write is atomic by itself, and set has fast paths
+                        self.state.set(*writes[0])
+                    elif writes:
+                        self.state.apply(writes)
                 except Exception as exc:
-                    error = execution_error(spec.name, exc)
+                    error = merge_error(spec.name, exc)
+                else:
+                    return message
         else:
             error = execution_error(spec.name, outcome)
         if self.raise_on_failure:
@@ -183,7 +192,15 @@ class ToolBatch:
 def _invoke_sync(spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
     if spec.supports_sync:
         return spec.tool.invoke(**kwargs)
-    return asyncio.run(spec.tool.invoke_async(**kwargs))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop in this thread: run the coroutine on a fresh one
+        return asyncio.run(spec.tool.invoke_async(**kwargs))
+    # An event loop runs in this thread (e.g. ``run`` called from a notebook cell or a coroutine): it cannot be
+    # re-entered, so the async tool runs on a loop of its own in a helper thread.
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="haystack-state-tool") as helper:
+        return helper.submit(context.run, lambda: asyncio.run(spec.tool.invoke_async(**kwargs))).result()
 
 
 def _final_chunk() -> StreamingChunk:
@@ -201,9 +218,19 @@ def run_tool_calls(
     passthrough: bool = False,
 ) -> list[ChatMessage]:
     """
-    Run every tool call of ``messages`` against ``state`` (see ``ToolInvoker.run``), in threads.
+    Run every tool call of ``messages`` against ``state`` (see ``ToolInvoker.run``). Calls that can overlap run in
+    worker threads; a lone call runs in the calling thread. An async tool runs on an event loop of its own.
 
+    :param messages: Messages whose tool calls to run.
+    :param state: The State the tools read and write.
+    :param specs: The available tools, by name (see ``tool_specs``).
+    :param raise_on_failure: Raise a ``ToolInvocationError`` at the first failed call (in call order) instead of
+        returning an error tool result. The calls before it stay merged; calls not started yet do not run.
+    :param max_workers: How many calls may run at once.
+    :param streaming_callback: Receives each tool result as it is merged, then a final ``tool_call_results`` chunk.
+    :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
     :returns: The tool result messages, in call order.
+    :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
     """
     batch = ToolBatch(
         plan_calls(messages, specs),
@@ -216,10 +243,12 @@ def run_tool_calls(
     pool: ThreadPoolExecutor | None = None
     try:
         while True:
-            batch.merge_ready()
-            for chunk in batch.pop_chunks():
-                if streaming_callback is not None:
-                    streaming_callback(chunk)
+            try:
+                batch.merge_ready()
+            finally:  # results merged before a failure is raised are still delivered
+                for chunk in batch.pop_chunks():
+                    if streaming_callback is not None:
+                        streaming_callback(chunk)
             if batch.done:
                 break
             ready = batch.startable()
@@ -241,8 +270,14 @@ def run_tool_calls(
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 call, staged = running.pop(future)
-                exc = future.exception()
-                batch.finish(call, exc is None, exc if exc is not None else future.result(), staged)
+                raised = future.exception()
+                batch.finish(call, raised is None, raised if raised is not None else future.result(), staged)
+    except BaseException:
+        # A failure is raised (or the run is interrupted): the results still to come would be discarded, so the
+        # calls that have not started yet do not run at all. Those already running finish first.
+        for future in running:
+            future.cancel()
+        raise
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
@@ -263,9 +298,19 @@ async def run_tool_calls_async(
 ) -> list[ChatMessage]:
     """
     Run every tool call of ``messages`` against ``state`` (see ``ToolInvoker.run_async``): async tools are awaited,
-    sync tools run in worker threads, at most ``max_workers`` at a time.
+    sync tools run in worker threads, at most ``max_workers`` calls at a time.
 
+    :param messages: Messages whose tool calls to run.
+    :param state: The State the tools read and write.
+    :param specs: The available tools, by name (see ``tool_specs``).
+    :param raise_on_failure: Raise a ``ToolInvocationError`` at the first failed call (in call order) instead of
+        returning an error tool result. The calls before it stay merged; the calls still running are cancelled.
+    :param max_workers: How many calls may run at once.
+    :param streaming_callback: Receives (sync) or is awaited with (async) each tool result as it is merged, then a
+        final ``tool_call_results`` chunk.
+    :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
     :returns: The tool result messages, in call order.
+    :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
     """
     batch = ToolBatch(
         plan_calls(messages, specs),
@@ -283,10 +328,12 @@ async def run_tool_calls_async(
     running: dict[asyncio.Task[Any], tuple[PlannedCall, StagedState | None]] = {}
     try:
         while True:
-            batch.merge_ready()
-            for chunk in batch.pop_chunks():
-                if streaming_callback is not None:
-                    await _emit(streaming_callback, chunk)
+            try:
+                batch.merge_ready()
+            finally:  # results merged before a failure is raised are still delivered
+                for chunk in batch.pop_chunks():
+                    if streaming_callback is not None:
+                        await _emit(streaming_callback, chunk)
             if batch.done:
                 break
             for call, kwargs, staged in batch.startable():
@@ -295,8 +342,17 @@ async def run_tool_calls_async(
             finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for task in finished:
                 call, staged = running.pop(task)
-                exc = task.exception()
-                batch.finish(call, exc is None, exc if exc is not None else task.result(), staged)
+                if task.cancelled():  # the tool cancelled itself
+                    batch.finish(call, False, asyncio.CancelledError("the tool call was cancelled"), staged)
+                    continue
+                raised = task.exception()
+                batch.finish(call, raised is None, raised if raised is not None else task.result(), staged)
+    except BaseException:
+        # A failure is raised, or this run is cancelled: the calls still running are cancelled too (their results
+        # would be discarded), and awaited below.
+        for task in running:
+            task.cancel()
+        raise
     finally:
         if running:
             await asyncio.gather(*running, return_exceptions=True)
@@ -309,6 +365,18 @@ async def _emit(callback: StreamingCallbackT, chunk: StreamingChunk) -> None:
     result = callback(chunk)
     if asyncio.iscoroutine(result):
         await result
+
+
+def _state_or_new(state: Any) -> State:
+    """The State to run against: the one given, or a new empty one. Anything else is refused with the fix."""
+    if state is None:
+        return State({})
+    if not isinstance(state, State):
+        raise TypeError(
+            f"ToolInvoker needs a haystack_state State, got {type(state).__module__}.{type(state).__name__}. "
+            "Convert one of haystack-ai's with haystack_state.State.from_dict(state.to_dict())."
+        )
+    return state
 
 
 @component
@@ -385,7 +453,7 @@ class ToolInvoker:
         :returns: ``tool_messages``: one tool result per call, in call order; ``state``: the State.
         :raises ToolInvocationError: With ``raise_on_failure=True``, when a call fails.
         """
-        state = state if state is not None else State({})
+        state = _state_or_new(state)
         tool_messages = run_tool_calls(
             messages,
             state,
@@ -416,7 +484,7 @@ class ToolInvoker:
         :param streaming_callback: Overrides the callback given at construction for this run (sync or async).
         :returns: ``tool_messages`` and ``state``.
         """
-        state = state if state is not None else State({})
+        state = _state_or_new(state)
         tool_messages = await run_tool_calls_async(
             messages,
             state,
@@ -431,7 +499,11 @@ class ToolInvoker:
         return {"tool_messages": tool_messages, "state": state}
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialise the component, its tools included."""
+        """
+        Serialise the component, its tools included.
+
+        :returns: The serialised component.
+        """
         callback = serialize_callable(self.streaming_callback) if self.streaming_callback else None
         return default_to_dict(
             self,
@@ -444,8 +516,14 @@ class ToolInvoker:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolInvoker:
-        """Rebuild the component from :meth:`to_dict` output."""
-        params = data.get("init_parameters", {})
+        """
+        Rebuild the component from :meth:`to_dict` output. ``data`` itself is left as it is.
+
+        :param data: The serialised component.
+        :returns: The component.
+        """
+        data = copy.deepcopy(data)  # tool deserialization works in place
+        params = data.setdefault("init_parameters", {})
         deserialize_tools_or_toolset_inplace(params, key="tools")
         if params.get("streaming_callback"):
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"])
