@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from typing import Any
@@ -517,17 +517,46 @@ class StagedState(State):
     def __init__(self, parent: State) -> None:
         with parent._lock:
             self._init(parent._specs)
-            self._values = {
-                key: (list(value) if isinstance(value, list) and type(value) is list else value)
-                for key, value in parent._values.items()
-            }
+            # The parent's values are shared, not copied: its lists only grow in place, so the first `length` items
+            # of each are this view's snapshot. A list is copied only when this view reads or writes it.
+            self._values = dict(parent._values)
             self._has_objects = dict(parent._has_objects)
+            self._shared_lengths = {key: len(value) for key, value in self._values.items() if type(value) is list}
         self._fast_types = {}  # every write goes through _write, which records it
         self._appenders = {}
         self.parent = parent
         self.writes: list[tuple[str, Any, Handler | None]] = []
 
+    def _own(self, keys: Iterable[str]) -> None:
+        """Take private copies of the parent's lists for ``keys``, cut at the length they had when staged."""
+        for key in keys:
+            length = self._shared_lengths.pop(key, None)
+            if length is not None:
+                self._values[key] = self._values[key][:length]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        with self._lock:
+            self._own((key,))
+        return super().get(key, default)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        with self._lock:
+            self._own(list(self._shared_lengths))
+        return super().data
+
+    def size(self) -> dict[str, int]:
+        with self._lock:
+            self._own(list(self._shared_lengths))
+        return super().size()
+
+    def to_dict(self, skip_keys: list[str] | None = None) -> dict[str, Any]:
+        with self._lock:
+            self._own(list(self._shared_lengths))
+        return super().to_dict(skip_keys)
+
     def _write(self, key: str, value: Any, handler_override: Handler | None) -> None:
+        self._own((key,))
         if value is not RESET:
             # Record a private, read-only copy: a caller that changes its object after set() cannot change what
             # commit() applies.
@@ -542,6 +571,7 @@ class StagedState(State):
         :param writes: The writes, as ``set`` takes them.
         """
         with self._lock:
+            self._own(key for key, _, _ in writes)  # before apply saves the values it would restore
             staged = len(self.writes)
             try:
                 super().apply(writes)

@@ -821,3 +821,27 @@ def test_a_failed_apply_does_not_undo_a_concurrent_lock_free_replace() -> None:
     _run_threads(work, count=3)
     assert not lost
     assert state.get("name") == 9999 and state.get("other") == 0
+
+
+def test_a_staged_view_does_not_see_later_parent_appends_and_copies_lists_lazily() -> None:
+    parent = State({"items": {"type": list[int]}, "other": {"type": list[int]}}, {"items": [1, 2], "other": [9]})
+    staged = parent.stage()
+    parent.set("items", 3)  # the parent moves on after the view was taken
+    assert staged.get("items") == [1, 2]
+    staged.set("other", 10)
+    assert parent.get("other") == [9]
+    assert staged.data == {"items": [1, 2], "other": [9, 10]}
+    staged.commit()
+    assert parent.get("other") == [9, 10]
+    assert parent.get("items") == [1, 2, 3]
+
+
+def test_a_failed_staged_batch_leaves_the_parent_lists_alone() -> None:
+    parent = State({"items": {"type": list[int]}}, {"items": [1, 2]})
+    staged = parent.stage()
+    with pytest.raises(StateTypeError):
+        staged.update({"items": "not an int"})
+    parent.set("items", 3)
+    assert parent.get("items") == [1, 2, 3]
+    assert staged.get("items") == [1, 2]
+    assert staged.writes == []
