@@ -6,10 +6,12 @@ in :mod:`haystack_state.persistence.records` and are re-exported here.
 
 A *thread* is a tree of checkpoints whose *head* is the latest one. Each checkpoint stores only its *delta* (the
 operations on the keys it changed, see :mod:`haystack_state.persistence.delta`), so what a commit writes does not
-grow with the thread. Reading a checkpoint walks its ancestors and applies their deltas, root first. To keep reading
-the head of a long thread cheap, each checkpointer caches the materialized (still encoded) state of the last head it
-read or wrote per thread; a checkpoint never changes once written, so a cached state is valid for as long as its
-checkpoint exists, and a read only fetches the deltas between the cached checkpoint and the one asked for.
+grow with the thread. Reading a checkpoint walks its ancestors, folds their deltas into one (root first; see
+:func:`~haystack_state.persistence.delta.compose_deltas`) and decodes what survives, once. To keep reading the head
+of a long thread cheap, each checkpointer caches the materialized state of the last head it read or wrote per thread,
+decoded and frozen (see :mod:`haystack_state.persistence.cache`); a commit advances it by decoding only its own
+delta. A checkpoint never changes once written, so a cached state is valid for as long as its checkpoint exists, and
+a read only fetches the deltas between the cached checkpoint and the one asked for.
 
 Backends implement a handful of storage primitives (the ``_read_*``, ``_insert``, ``_delete`` and ``_close``
 methods); everything else - encoding, validation, materialization, caching, error messages - lives here.
@@ -18,10 +20,9 @@ methods); everything else - encoding, validation, materialization, caching, erro
 from __future__ import annotations
 
 import abc
+import dataclasses
 import itertools
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -32,20 +33,24 @@ from haystack_state.errors import (
     ThreadConflictError,
     ThreadNotFoundError,
 )
+from haystack_state.persistence.cache import HeadCache, apply_frozen, freeze_delta, freeze_state, fresh_copy
 from haystack_state.persistence.codec import decode, encode, from_json, to_json
 from haystack_state.persistence.delta import (
     SOURCES,
     Delta,
+    ExtendError,
     Source,
-    apply_delta,
+    check_extends,
+    compose_deltas,
     encode_delta,
     new_checkpoint_id,
     utc_now,
     validate_delta,
 )
-from haystack_state.persistence.records import Checkpoint, CheckpointMeta, StoredCheckpoint, ThreadInfo
+from haystack_state.persistence.records import ChainLink, Checkpoint, CheckpointMeta, StoredCheckpoint, ThreadInfo
 
 __all__ = [
+    "ChainLink",
     "Checkpoint",
     "CheckpointMeta",
     "Checkpointer",
@@ -83,7 +88,8 @@ def check_commit(
     :param row: The checkpoint to insert.
     :param expected_head: The head the caller expects.
     :param actual_head: The thread's head (None if the thread does not exist).
-    :param parent_exists: Tells whether ``row.parent_id`` is a checkpoint of the thread (called only if needed).
+    :param parent_exists: Tells whether ``row.parent_id`` is a checkpoint of the thread (called only for a fork: the
+        head exists by definition).
     :raises ThreadConflictError: If the head is not the expected one.
     :raises CheckpointNotFoundError: If the parent is not a checkpoint of the thread.
     :raises CheckpointError: If a checkpoint without parent is committed to an existing thread.
@@ -96,7 +102,7 @@ def check_commit(
                 f"Thread '{row.thread_id}' already has checkpoints: a commit to it needs a parent_id "
                 f"(its head is '{actual_head}')."
             )
-    elif actual_head is None or not parent_exists():
+    elif actual_head is None or (row.parent_id != actual_head and not parent_exists()):
         raise CheckpointNotFoundError(row.thread_id, row.parent_id)
 
 
@@ -111,33 +117,53 @@ def corrupt_error(thread_id: str, checkpoint_id: str, error: Exception) -> Codec
     return CodecError(f"Thread '{thread_id}', checkpoint '{checkpoint_id}': stored data is unreadable: {error}")
 
 
-def _parse_delta(row: StoredCheckpoint) -> dict[str, Any]:
+def _parse_delta(thread_id: str, link: ChainLink) -> dict[str, Any]:
     try:
-        delta = from_json(row.delta)
+        delta = from_json(link.delta)
         validate_delta(delta)
     except ValueError as error:  # CodecError is a ValueError too
-        raise corrupt_error(row.thread_id, row.checkpoint_id, error) from None
+        raise corrupt_error(thread_id, link.checkpoint_id, error) from None
     return dict(delta)
 
 
-def _decode_op_values(op: dict[str, Any], key: str) -> None:
+def _parse_deltas(thread_id: str, chain: list[ChainLink]) -> list[tuple[str, dict[str, Any]]]:
+    """Parse and validate the deltas of a chain: as one JSON array (one parser call), or one by one to find a fault."""
+    try:
+        deltas = from_json("[" + ",".join(link.delta for link in chain) + "]")
+        if len(deltas) == len(chain):
+            for delta in deltas:
+                validate_delta(delta)
+            return [(link.checkpoint_id, delta) for link, delta in zip(chain, deltas, strict=True)]
+    except ValueError:
+        pass
+    return [(link.checkpoint_id, _parse_delta(thread_id, link)) for link in chain]
+
+
+def _decode_op_values(op: Mapping[str, Any], key: str) -> dict[str, Any]:
     if op["op"] == "extend":
-        decode(op.get("items"), key=key)
-    elif op["op"] == "replace":
-        decode(op.get("value"), key=key)
+        return {"op": "extend", "items": decode(op.get("items"), key=key)}
+    if op["op"] == "replace":
+        return {"op": "replace", "value": decode(op.get("value"), key=key)}
+    return {"op": "delete"}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Materialized:
+    """A materialized state: frozen (maybe shared with the cache), or freshly decoded and owned by no one."""
+
+    frozen: dict[str, Any] | None
+    plain: dict[str, Any] | None
 
 
 class Checkpointer(abc.ABC):
     """
     Durable storage of state checkpoints, organized in threads. Thread-safe; usable as a context manager.
 
-    :param cache_size: How many threads' head states to keep materialized in memory (0 disables the cache).
+    :param cache_size: How many threads' head states to keep materialized in memory, decoded (0 disables the cache).
     """
 
     def __init__(self, *, cache_size: int = 64) -> None:
-        self._cache_size = cache_size
-        self._cache: OrderedDict[str, tuple[str, dict[str, Any]]] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._cache = HeadCache(cache_size)
         self._closed = False
 
     # --- public API -------------------------------------------------------------------------------------------
@@ -177,7 +203,8 @@ class Checkpointer(abc.ABC):
         self._check_open()
         _check_commit_args(thread_id, step, source, tool_names, metadata)
         encoded = encode_delta(delta)
-        metadata_text = to_json(encode(dict(metadata or {}), where="metadata"))
+        encoded_metadata = encode(dict(metadata or {}), where="metadata")
+        metadata_text = to_json(encoded_metadata)
         row = StoredCheckpoint(
             thread_id=thread_id,
             checkpoint_id=new_checkpoint_id(),
@@ -191,15 +218,23 @@ class Checkpointer(abc.ABC):
             delta=to_json(encoded),
         )
         self._insert(row, expected_head)
-        self._advance_cache(row)
-        return self._meta(row)
+        self._advance_cache(row, encoded)
+        return self._meta(row, decode(encoded_metadata, where="metadata") if encoded_metadata else {})
 
-    def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint:
+    def get(self, thread_id: str, checkpoint_id: str | None = None, *, read_only: bool = False) -> Checkpoint:
         """
         Read a checkpoint with its full state.
 
+        By default the values are the caller's own: plain, fully mutable containers and objects that share nothing
+        with the checkpointer. Reading the cached head of a long thread then costs one copy of its values (much less
+        than decoding them). With ``read_only=True`` the values may be shared with the checkpointer's cache and cost
+        nothing to hand out: lists and dicts inside are read-only (``FrozenList``/``FrozenDict``; changing them
+        raises ``TypeError``), and objects such as ``ChatMessage`` must not be changed in place (haystack warns when
+        one is). That suits a caller that copies or freezes what it reads, such as a ``State``.
+
         :param thread_id: The thread.
         :param checkpoint_id: The checkpoint; None for the thread's head.
+        :param read_only: Hand out the values without copying them; the caller must not modify them.
         :returns: The checkpoint, with its materialized and decoded values.
         :raises ThreadNotFoundError: If the thread does not exist.
         :raises CheckpointNotFoundError: If the checkpoint is not in the thread.
@@ -207,8 +242,14 @@ class Checkpointer(abc.ABC):
         """
         self._check_open()
         row = self._read_meta(thread_id, checkpoint_id)
-        state = self._materialize(row, cache=checkpoint_id is None)
-        return Checkpoint(meta=self._meta(row), values=self._decode_state(row, state))
+        state = self._materialize(row, cache=checkpoint_id is None, read_only=read_only)
+        if state.plain is not None:
+            values = state.plain
+        elif read_only:
+            values = dict(state.frozen or {})
+        else:
+            values = {key: fresh_copy(value) for key, value in (state.frozen or {}).items()}
+        return Checkpoint(meta=self._meta(row), values=values)
 
     def head(self, thread_id: str) -> str | None:
         """
@@ -245,8 +286,7 @@ class Checkpointer(abc.ABC):
         :raises ThreadNotFoundError: If the thread does not exist.
         """
         self._check_open()
-        with self._cache_lock:
-            self._cache.pop(thread_id, None)
+        self._cache.drop(thread_id)
         if not self._delete(thread_id):
             raise ThreadNotFoundError(thread_id)
 
@@ -255,8 +295,7 @@ class Checkpointer(abc.ABC):
         if self._closed:
             return
         self._closed = True
-        with self._cache_lock:
-            self._cache.clear()
+        self._cache.clear()
         self._close()
 
     def __enter__(self) -> Self:
@@ -282,9 +321,8 @@ class Checkpointer(abc.ABC):
         """Return a checkpoint's row (the head's if None), delta optional; raise Thread/CheckpointNotFoundError."""
 
     @abc.abstractmethod
-    def _read_chain(self, thread_id: str, checkpoint_id: str, stop_at: str | None) -> list[StoredCheckpoint]:
-        """Return the rows with deltas from the checkpoint back to the root, or to ``stop_at`` (excluded), oldest
-        first."""
+    def _read_chain(self, thread_id: str, checkpoint_id: str, stop_at: str | None) -> list[ChainLink]:
+        """Return the links from the checkpoint back to the root, or to ``stop_at`` (excluded), oldest first."""
 
     @abc.abstractmethod
     def _read_history(self, thread_id: str) -> list[StoredCheckpoint]:
@@ -308,13 +346,15 @@ class Checkpointer(abc.ABC):
         if self._closed:
             raise CheckpointError(f"{type(self).__name__} is closed.")
 
-    def _meta(self, row: StoredCheckpoint) -> CheckpointMeta:
-        try:
-            metadata = decode(from_json(row.metadata), where="metadata")
-        except CodecError as error:
-            raise corrupt_error(row.thread_id, row.checkpoint_id, error) from None
-        if not isinstance(metadata, dict):
-            raise corrupt_error(row.thread_id, row.checkpoint_id, CodecError("metadata is not a mapping"))
+    def _meta(self, row: StoredCheckpoint, metadata: dict[str, Any] | None = None) -> CheckpointMeta:
+        """Build a row's record, decoding its metadata unless given (decoded already)."""
+        if metadata is None:
+            try:
+                metadata = {} if row.metadata == "{}" else decode(from_json(row.metadata), where="metadata")
+            except CodecError as error:
+                raise corrupt_error(row.thread_id, row.checkpoint_id, error) from None
+            if not isinstance(metadata, dict):
+                raise corrupt_error(row.thread_id, row.checkpoint_id, CodecError("metadata is not a mapping"))
         return CheckpointMeta(
             thread_id=row.thread_id,
             checkpoint_id=row.checkpoint_id,
@@ -327,25 +367,65 @@ class Checkpointer(abc.ABC):
             metadata=metadata,
         )
 
-    def _materialize(self, row: StoredCheckpoint, *, cache: bool) -> dict[str, Any]:
+    def _materialize(self, row: StoredCheckpoint, *, cache: bool, read_only: bool) -> _Materialized:
+        """
+        Build the state at ``row``: from the cached state if the row is the cached checkpoint or descends from it
+        (decoding only the deltas since), otherwise from the root (decoding only the values that survive).
+
+        :param row: The checkpoint.
+        :param cache: Whether to cache the result as the thread's head state.
+        :param read_only: Whether the caller takes a frozen state (then a state decoded from the root is frozen in
+            place and shared with the cache, rather than copied for it).
+        """
         thread_id, checkpoint_id = row.thread_id, row.checkpoint_id
-        with self._cache_lock:
-            cached = self._cache.get(thread_id)
+        cached = self._cache.get(thread_id)
         if cached is not None and cached[0] == checkpoint_id:
-            return cached[1]
+            return _Materialized(frozen=cached[1], plain=None)
         stop_at = cached[0] if cached is not None else None
         chain = self._read_chain(thread_id, checkpoint_id, stop_at)
         _check_chain(thread_id, checkpoint_id, stop_at, chain)
-        state = cached[1] if cached is not None and chain[0].parent_id == stop_at else {}
-        for link in chain:
-            delta = _parse_delta(link)
+        if cached is not None and chain[0].parent_id == stop_at:
             try:
-                state = apply_delta(state, delta)
-            except ValueError as error:
-                raise CheckpointError(f"Thread '{thread_id}', checkpoint '{link.checkpoint_id}': {error}.") from None
-        if cache:
-            self._cache_put(thread_id, checkpoint_id, state)
-        return state
+                composed, origins = compose_deltas(_parse_deltas(thread_id, chain))
+                check_extends(cached[1], origins)
+                frozen = apply_frozen(cached[1], self._decode_delta(row, composed))
+            except ExtendError:
+                # A delta extends a value that is not a list; the walk from the root names the checkpoint exactly
+                # (which one fails first depends on the state before it).
+                chain = self._read_chain(thread_id, checkpoint_id, None)
+                _check_chain(thread_id, checkpoint_id, None, chain)
+            else:
+                if cache:
+                    self._cache.put(thread_id, checkpoint_id, frozen)
+                return _Materialized(frozen=frozen, plain=None)
+        try:
+            # From the root, the state before the first delta is empty: composing finds the first broken extend.
+            composed, _ = compose_deltas(_parse_deltas(thread_id, chain))
+        except ExtendError as error:
+            raise _extend_error(thread_id, error, error.checkpoint_id or checkpoint_id) from None
+        encoded = {
+            key: op["items"] if op["op"] == "extend" else op["value"]
+            for key, op in composed.items()
+            if op["op"] != "delete"
+        }
+        plain = self._decode_state(row, encoded)
+        if cache and self._cache.size > 0:
+            try:
+                frozen = freeze_state(plain, owned=read_only)
+            except Exception:  # the cache is an optimization: a value it cannot freeze is simply not cached
+                self._cache.drop(thread_id)
+                return _Materialized(frozen=None, plain=self._decode_state(row, encoded) if read_only else plain)
+            self._cache.put(thread_id, checkpoint_id, frozen)
+            if read_only:
+                return _Materialized(frozen=frozen, plain=None)
+        return _Materialized(frozen=None, plain=plain)
+
+    def _decode_delta(self, row: StoredCheckpoint, delta: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        try:
+            return {key: _decode_op_values(op, key) for key, op in delta.items()}
+        except CodecError as error:
+            culprit = self._find_unreadable(row, error)
+            raise corrupt_error(row.thread_id, culprit, error) from None
 
     def _decode_state(self, row: StoredCheckpoint, state: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -357,39 +437,27 @@ class Checkpointer(abc.ABC):
     def _find_unreadable(self, row: StoredCheckpoint, error: CodecError) -> str:
         """Find the checkpoint whose delta holds the value that failed to decode (slow path, errors only)."""
         for link in self._read_chain(row.thread_id, row.checkpoint_id, None):
-            for key, op in _parse_delta(link).items():
+            for key, op in _parse_delta(row.thread_id, link).items():
                 try:
                     _decode_op_values(op, key)
                 except CodecError:
                     return link.checkpoint_id
         return row.checkpoint_id
 
-    def _cache_put(self, thread_id: str, checkpoint_id: str, state: dict[str, Any]) -> None:
-        if self._cache_size <= 0:
-            return
-        with self._cache_lock:
-            self._cache[thread_id] = (checkpoint_id, state)
-            self._cache.move_to_end(thread_id)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-
-    def _advance_cache(self, row: StoredCheckpoint) -> None:
-        """After a commit, derive the new head's state from the cached parent state (no read needed)."""
-        with self._cache_lock:
-            cached = self._cache.get(row.thread_id)
-        if row.parent_id is None:
-            base: dict[str, Any] = {}
-        elif cached is not None and cached[0] == row.parent_id:
-            base = cached[1]
-        else:
+    def _advance_cache(self, row: StoredCheckpoint, encoded: Mapping[str, Mapping[str, Any]]) -> None:
+        """After a commit, move the cached state to the new head, decoding and freezing only its delta."""
+        if self._cache.size <= 0:
             return
         try:
-            state = apply_delta(base, from_json(row.delta))
-        except (ValueError, CodecError):
-            with self._cache_lock:
-                self._cache.pop(row.thread_id, None)
+            delta = freeze_delta({key: _decode_op_values(op, key) for key, op in encoded.items()})
+        except Exception:  # the commit is written: a delta the cache cannot take only costs the cache entry
+            self._cache.drop(row.thread_id)
             return
-        self._cache_put(row.thread_id, row.checkpoint_id, state)
+        self._cache.advance(row.thread_id, row.parent_id, row.checkpoint_id, delta)
+
+
+def _extend_error(thread_id: str, error: ExtendError, checkpoint_id: str) -> CheckpointError:
+    return CheckpointError(f"Thread '{thread_id}', checkpoint '{checkpoint_id}': {error}.")
 
 
 def _check_commit_args(
@@ -407,7 +475,7 @@ def _check_commit_args(
         raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}.")
 
 
-def _check_chain(thread_id: str, checkpoint_id: str, stop_at: str | None, chain: list[StoredCheckpoint]) -> None:
+def _check_chain(thread_id: str, checkpoint_id: str, stop_at: str | None, chain: list[ChainLink]) -> None:
     if not chain:
         raise CheckpointNotFoundError(thread_id, checkpoint_id)
     if chain[-1].checkpoint_id != checkpoint_id or chain[0].parent_id not in (None, stop_at):

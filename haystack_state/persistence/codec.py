@@ -388,6 +388,8 @@ def from_json(text: str | bytes) -> Any:
     :raises CodecError: If the text is not valid JSON.
     """
     try:
+        if type(text) is str:
+            return _DECODER.decode(text)
         return json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as error:
         raise CodecError(f"Stored data is not valid JSON: {error}") from None
@@ -395,6 +397,10 @@ def from_json(text: str | bytes) -> Any:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
+
+
+# One decoder for all text (json.loads builds a new one per call when given parse_constant).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def dumps(value: Any, *, key: str | None = None) -> str:

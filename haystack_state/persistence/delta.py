@@ -126,9 +126,7 @@ def apply_delta(state: Mapping[str, Any], delta: Mapping[str, Mapping[str, Any]]
         if kind == "extend":
             current = new.get(key, [])
             if not isinstance(current, list):
-                raise ValueError(
-                    f"cannot extend state key '{key}': its value is a {type(current).__name__}, not a list"
-                )
+                raise ExtendError(key, current)
             new[key] = [*current, *op["items"]]
         elif kind == "replace":
             new[key] = op["value"]
@@ -137,6 +135,86 @@ def apply_delta(state: Mapping[str, Any], delta: Mapping[str, Mapping[str, Any]]
         else:
             raise ValueError(f"unknown operation {kind!r} on state key '{key}'")
     return new
+
+
+class ExtendError(ValueError):
+    """
+    An ``extend`` operation met a value that is not a list.
+
+    :param key: The state key.
+    :param value: The value the key held.
+    :param checkpoint_id: The checkpoint whose delta holds the ``extend`` (None if unknown).
+    """
+
+    def __init__(self, key: str, value: Any, checkpoint_id: str | None = None) -> None:
+        super().__init__(f"cannot extend state key '{key}': its value is a {type(value).__name__}, not a list")
+        self.key = key
+        self.checkpoint_id = checkpoint_id
+
+
+def compose_deltas(
+    deltas: Iterable[tuple[str, Mapping[str, Mapping[str, Any]]]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """
+    Fold a run of deltas into one delta that has the same effect on any state.
+
+    Applying the result costs one pass over the surviving values, however many deltas it folds (applying the deltas
+    one by one copies an extended list once per delta), and a value that a later delta replaces or deletes is dropped
+    before anything decodes it. Works on encoded and on decoded deltas alike. The lists in the result are new (the
+    given deltas are not modified), but the items and replaced values are the given ones.
+
+    An ``extend`` that a later ``replace`` or ``delete`` overrides leaves no trace in the composed delta, so check the
+    state it is applied to with :func:`check_extends` first: applied one by one, such an extend fails if that state
+    holds something other than a list.
+
+    :param deltas: ``(checkpoint_id, delta)`` pairs, oldest first; the deltas validated.
+    :returns: The composed delta, and the keys whose first operation is an ``extend``, each with the id of the
+        checkpoint that holds it: the state the composed delta is applied to must hold a list (or nothing) there.
+    :raises ExtendError: If a delta extends a value that an earlier one replaced with something other than a list.
+    """
+    composed: dict[str, dict[str, Any]] = {}
+    origins: dict[str, str] = {}
+    for checkpoint_id, delta in deltas:
+        for key, op in delta.items():
+            kind = op["op"]
+            if kind == "extend":
+                previous = composed.get(key)
+                if previous is None:
+                    composed[key] = {"op": "extend", "items": list(op["items"])}
+                    origins.setdefault(key, checkpoint_id)
+                elif previous["op"] == "extend":
+                    previous["items"].extend(op["items"])
+                elif previous["op"] == "replace":
+                    if not isinstance(previous["value"], list):
+                        raise ExtendError(key, previous["value"], checkpoint_id)
+                    previous["value"].extend(op["items"])
+                else:  # extending a deleted key starts a new list
+                    composed[key] = {"op": "replace", "value": list(op["items"])}
+            elif kind == "replace":
+                value = op["value"]
+                # A list is copied, since later extends grow it in place.
+                composed[key] = {"op": "replace", "value": list(value) if isinstance(value, list) else value}
+                origins.setdefault(key, "")
+            elif kind == "delete":
+                composed[key] = {"op": "delete"}
+                origins.setdefault(key, "")
+            else:
+                raise ValueError(f"unknown operation {kind!r} on state key '{key}'")
+    return composed, {key: checkpoint_id for key, checkpoint_id in origins.items() if checkpoint_id}
+
+
+def check_extends(state: Mapping[str, Any], origins: Mapping[str, str]) -> None:
+    """
+    Check that a state can take the extends a composed delta began with (see :func:`compose_deltas`).
+
+    :param state: The state the composed delta is to be applied to.
+    :param origins: The keys whose first operation is an ``extend``, with its checkpoint.
+    :raises ExtendError: If the state holds something other than a list at one of them (naming its checkpoint).
+    """
+    for key, checkpoint_id in origins.items():
+        current = state.get(key)
+        if key in state and not isinstance(current, list):
+            raise ExtendError(key, current, checkpoint_id)
 
 
 def materialize(

@@ -13,7 +13,7 @@ import threading
 
 from haystack_state.errors import CheckpointNotFoundError, ThreadNotFoundError
 from haystack_state.persistence.base import Checkpointer, check_commit
-from haystack_state.persistence.records import StoredCheckpoint, ThreadInfo
+from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo
 
 
 @dataclasses.dataclass
@@ -62,18 +62,18 @@ class InMemoryCheckpointer(Checkpointer):
             raise CheckpointNotFoundError(thread_id, str(checkpoint_id))
         return row
 
-    def _read_chain(self, thread_id: str, checkpoint_id: str, stop_at: str | None) -> list[StoredCheckpoint]:
+    def _read_chain(self, thread_id: str, checkpoint_id: str, stop_at: str | None) -> list[ChainLink]:
         with self._lock:
             thread = self._threads.get(thread_id)
             rows = thread.rows if thread is not None else {}
-            chain: list[StoredCheckpoint] = []
+            chain: list[ChainLink] = []
             seen: set[str] = set()
             current: str | None = checkpoint_id
             while current is not None and current != stop_at and current not in seen:
                 row = rows.get(current)
                 if row is None:
                     break
-                chain.append(row)
+                chain.append(ChainLink(row.checkpoint_id, row.parent_id, row.delta))
                 seen.add(current)
                 current = row.parent_id
         chain.reverse()

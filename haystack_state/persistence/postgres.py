@@ -25,7 +25,7 @@ except ImportError as _error:  # pragma: no cover - depends on the installed ext
 
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, ThreadNotFoundError
 from haystack_state.persistence.base import Checkpointer, check_commit, conflict_error
-from haystack_state.persistence.records import StoredCheckpoint, ThreadInfo
+from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo
 
 #: Append-only: the schema version is the number of migrations applied. Never edit or reorder an entry.
 #: ``{threads}`` and ``{checkpoints}`` are replaced by the schema-qualified table names.
@@ -217,24 +217,25 @@ class PostgresCheckpointer(Checkpointer):
             raise CheckpointNotFoundError(thread_id, target)
         return _row(found)
 
-    def _read_chain(self, thread_id: str, checkpoint_id: str, stop_at: str | None) -> list[StoredCheckpoint]:
+    def _read_chain(self, thread_id: str, checkpoint_id: str, stop_at: str | None) -> list[ChainLink]:
         # Each step of the walk is one primary-key lookup (LATERAL ... LIMIT 1 keeps the planner from hash-joining
-        # the whole thread at every step); the depth bound stops a walk through corrupt, cyclic parent links.
+        # the whole thread at every step); the depth bound stops a walk through corrupt, cyclic parent links. Only
+        # what materializing needs is selected.
         query = self._q(
-            f"WITH RECURSIVE chain AS ("
-            f" SELECT {_META}, delta, seq, 1 AS depth FROM {{checkpoints}}"
+            "WITH RECURSIVE chain AS ("
+            " SELECT checkpoint_id, parent_id, delta, 1 AS depth FROM {checkpoints}"
             " WHERE thread_id = %(thread)s AND checkpoint_id = %(checkpoint)s"
             " UNION ALL"
             " SELECT p.*, chain.depth + 1 FROM chain CROSS JOIN LATERAL ("
-            f" SELECT {_META}, delta, seq FROM {{checkpoints}} AS c"
+            " SELECT checkpoint_id, parent_id, delta FROM {checkpoints} AS c"
             " WHERE c.thread_id = %(thread)s AND c.checkpoint_id = chain.parent_id LIMIT 1) AS p"
             " WHERE chain.parent_id IS DISTINCT FROM %(stop)s::text"
             " AND chain.depth <= (SELECT last_seq FROM {threads} WHERE thread_id = %(thread)s)"
-            f") SELECT {_META}, delta FROM chain ORDER BY seq"
+            ") SELECT checkpoint_id, parent_id, delta FROM chain ORDER BY depth DESC"
         )
         with self._connection() as conn:
             rows = conn.execute(query, {"thread": thread_id, "checkpoint": checkpoint_id, "stop": stop_at}).fetchall()
-        return [_row(found) for found in rows]
+        return [ChainLink(found[0], found[1], found[2]) for found in rows]
 
     def _read_history(self, thread_id: str) -> list[StoredCheckpoint]:
         with self._connection() as conn:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +43,8 @@ class Checkpoint:
 
     :param meta: The checkpoint's record.
     :param values: The full state at this checkpoint, decoded. A fresh dict on every read; changing it changes
-        nothing stored.
+        nothing stored. By default everything in it is the caller's own copy; a read with ``read_only=True`` gives
+        values shared with the checkpointer's cache instead (read-only containers; objects must not be changed).
     """
 
     meta: CheckpointMeta
@@ -102,3 +103,17 @@ class StoredCheckpoint:
     changed_keys: tuple[str, ...]
     metadata: str
     delta: str = ""
+
+
+class ChainLink(NamedTuple):
+    """
+    One checkpoint on the walk from a checkpoint back to the root: only what materializing a state needs.
+
+    :param checkpoint_id: The checkpoint's id.
+    :param parent_id: The checkpoint it follows, or None for the root.
+    :param delta: The delta's JSON text.
+    """
+
+    checkpoint_id: str
+    parent_id: str | None
+    delta: str

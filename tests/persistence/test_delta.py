@@ -7,10 +7,15 @@ import uuid
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from haystack_state.errors import CodecError
 from haystack_state.persistence.delta import (
+    ExtendError,
     apply_delta,
+    check_extends,
+    compose_deltas,
     delete,
     encode_delta,
     extend,
@@ -34,6 +39,72 @@ def test_materialize_applies_in_order() -> None:
     assert materialize(deltas[2:], base={"x": [0]}) == {"x": [0, 2], "y": None}
     with pytest.raises(ValueError, match="not a list"):
         materialize([{"x": replace(1)}, {"x": extend([2])}])
+
+
+_KEYS = st.sampled_from(["a", "b", "c"])
+_OPS = st.one_of(
+    st.builds(extend, st.lists(st.integers(0, 9), max_size=3)),
+    st.builds(replace, st.one_of(st.integers(0, 9), st.lists(st.integers(0, 9), max_size=3))),
+    st.just(delete()),
+)
+_DELTAS = st.lists(st.dictionaries(_KEYS, _OPS, max_size=3), max_size=8)
+_BASES = st.dictionaries(_KEYS, st.one_of(st.integers(0, 9), st.lists(st.integers(0, 9), max_size=3)), max_size=3)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_DELTAS, _BASES)
+def test_composed_deltas_act_like_the_deltas_one_by_one(deltas: list[dict[str, Any]], base: dict[str, Any]) -> None:
+    try:
+        expected = materialize(deltas, base)
+    except ExtendError:
+        with pytest.raises(ExtendError):
+            composed, origins = compose_deltas(enumerate_ids(deltas))
+            check_extends(base, origins)
+            apply_delta(base, composed)
+    else:
+        composed, origins = compose_deltas(enumerate_ids(deltas))
+        check_extends(base, origins)
+        assert apply_delta(base, composed) == expected
+        assert {key for key, op in composed.items() if op["op"] == "extend"} <= set(origins)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_DELTAS)
+def test_composing_from_an_empty_state_blames_the_first_broken_extend(deltas: list[dict[str, Any]]) -> None:
+    culprit = None
+    for index, delta in enumerate(deltas):
+        try:
+            materialize([delta], materialize(deltas[:index]))
+        except ExtendError:
+            culprit = f"cp{index}"
+            break
+    if culprit is None:
+        assert apply_delta({}, compose_deltas(enumerate_ids(deltas))[0]) == materialize(deltas)
+    else:
+        with pytest.raises(ExtendError) as raised:
+            compose_deltas(enumerate_ids(deltas))
+        assert raised.value.checkpoint_id == culprit
+
+
+def enumerate_ids(deltas: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(f"cp{index}", delta) for index, delta in enumerate(deltas)]
+
+
+def test_compose_deltas_leaves_its_input_alone() -> None:
+    first, second = {"x": replace([1])}, {"x": extend([2]), "y": extend([3])}
+    third = {"y": extend([4])}
+    composed, origins = compose_deltas([("a", first), ("b", second), ("c", third)])
+    assert composed == {"x": replace([1, 2]), "y": extend([3, 4])} and origins == {"y": "b"}
+    check_extends({"x": "not a list", "y": [0]}, origins)
+    with pytest.raises(ExtendError, match="'y'") as raised:
+        check_extends({"y": 0}, origins)
+    assert raised.value.checkpoint_id == "b"
+    assert (
+        first == {"x": replace([1])} and second == {"x": extend([2]), "y": extend([3])} and third == {"y": extend([4])}
+    )
+    with pytest.raises(ExtendError, match="cannot extend state key 'x': its value is a int") as raised:
+        compose_deltas([("a", {"x": replace(1)}), ("b", {"x": extend([2])})])
+    assert raised.value.checkpoint_id == "b"
 
 
 @pytest.mark.parametrize(
