@@ -162,20 +162,35 @@ class ThreadSnapshot:
     """
     A thread's state at one checkpoint, as ``Agent.get_state`` returns it.
 
-    :param values: The state values.
+    Reading it is cheap: ``values`` are shared with the checkpointer's cache and read-only, as a State's nested
+    values are (lists and dicts raise ``TypeError`` if changed; haystack objects such as ``ChatMessage`` must not be
+    changed in place). :meth:`to_state` gives a State of your own to work with.
+
+    :param values: The state values (read-only).
     :param checkpoint: The checkpoint's record (id, parent, step, source, tool names, time, changed keys).
     :param pending_tool_calls: Tool calls of the last model reply whose results are not committed yet (after a
         crash or an interrupt).
+    :param schema: The agent's field specs, for :meth:`to_state`.
     """
 
     values: dict[str, Any]
     checkpoint: CheckpointMeta
     pending_tool_calls: list[ToolCall]
+    schema: Mapping[str, FieldSpec] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def interrupted(self) -> bool:
         """Whether the run stopped at an ``interrupt_before`` tool and waits for ``Agent.resume``."""
         return bool(self.pending_tool_calls) and bool(self.checkpoint.metadata.get("interrupted"))
+
+    def to_state(self) -> State:
+        """
+        A State holding these values, with the agent's schema: yours to read, change, ``diff`` or measure.
+
+        :returns: The State.
+        """
+        schema = {key: spec.as_entry() for key, spec in self.schema.items()}
+        return State(schema, {key: value for key, value in self.values.items() if key in schema})
 
 
 class ThreadSession:
@@ -206,7 +221,9 @@ class ThreadSession:
         # between makes that commit fail with ThreadConflictError; nothing of it is silently dropped.
         self.head_id = checkpointer.head(thread_id)
         if checkpoint_id is not None or self.head_id is not None:
-            checkpoint = checkpointer.get(thread_id, checkpoint_id)
+            # Read-only: the values are shared with the checkpointer's cache; a State copies what it keeps, and a
+            # snapshot hands them out read-only.
+            checkpoint = checkpointer.get(thread_id, checkpoint_id, read_only=True)
             if checkpoint_id is None:
                 self.head_id = checkpoint.checkpoint_id
             self.loaded = checkpoint.meta
@@ -312,8 +329,7 @@ class ThreadSession:
         """
         if self.loaded is None:
             raise CheckpointError(f"Thread '{self.thread_id}' has no checkpoints.")
-        state = self.load_state()
-        return ThreadSnapshot(state.data, self.loaded, list(self.pending))
+        return ThreadSnapshot(dict(self._values), self.loaded, list(self.pending), self.schema)
 
 
 def plan_continuation(
