@@ -33,6 +33,7 @@ from haystack_state.agent_loop import (
 )
 from haystack_state.agent_threads import ThreadMethods
 from haystack_state.persistence.base import Checkpointer
+from haystack_state.persistence.serde import checkpointer_from_dict
 from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
 from haystack_state.tools.spec import tool_specs
 
@@ -354,6 +355,8 @@ class Agent(ThreadMethods):
             raise_on_tool_invocation_failure=self.raise_on_tool_invocation_failure,
             tool_concurrency_limit=self.tool_concurrency_limit,
             hooks=hooks or None,
+            checkpointer=self.checkpointer.to_dict() if self.checkpointer is not None else None,
+            interrupt_before=self.interrupt_before or None,
         )
 
     @classmethod
@@ -367,6 +370,8 @@ class Agent(ThreadMethods):
             params["state_schema"] = schema_from_dict(params["state_schema"])
         if params.get("streaming_callback"):
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"])
+        if params.get("checkpointer"):
+            params["checkpointer"] = checkpointer_from_dict(params["checkpointer"])
         if params.get("hooks"):
             params["hooks"] = {
                 point: [deserialize_callable(h) for h in hooks] for point, hooks in params["hooks"].items()

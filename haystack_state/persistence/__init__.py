@@ -15,6 +15,7 @@ from haystack_state.persistence.delta import Delta, Source, delete, extend, new_
 from haystack_state.persistence.memory import InMemoryCheckpointer
 from haystack_state.persistence.records import Checkpoint, CheckpointMeta, ThreadInfo
 from haystack_state.persistence.registry import register_type, registered_names
+from haystack_state.persistence.serde import checkpointer_from_dict
 from haystack_state.persistence.sqlite import SQLiteCheckpointer
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ __all__ = [
     "SQLiteCheckpointer",
     "Source",
     "ThreadInfo",
+    "checkpointer_from_dict",
     "decode",
     "delete",
     "dumps",

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
+from haystack.core.errors import SerializationError
+
 from haystack_state.errors import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -289,6 +291,25 @@ class Checkpointer(abc.ABC):
         self._cache.drop(thread_id)
         if not self._delete(thread_id):
             raise ThreadNotFoundError(thread_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serialise the checkpointer's settings (never its data), so an Agent that uses it round-trips through
+        ``to_dict`` and a Pipeline's YAML. Rebuild it with :func:`haystack_state.persistence.checkpointer_from_dict`.
+
+        :returns: ``{"type": ..., "init_parameters": {...}}``.
+        :raises SerializationError: If the settings cannot be serialised safely (for example a password).
+        """
+        return {"type": f"{type(self).__module__}.{type(self).__name__}", "init_parameters": self.init_parameters()}
+
+    def init_parameters(self) -> dict[str, Any]:
+        """
+        The keyword arguments that rebuild this checkpointer (see :meth:`to_dict`).
+
+        :returns: The arguments.
+        :raises SerializationError: If this checkpointer cannot be rebuilt from settings alone.
+        """
+        raise SerializationError(f"{type(self).__name__} cannot be serialized.")
 
     def close(self) -> None:
         """Release the backend's resources. Idempotent; the checkpointer cannot be used afterwards."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import threading
+from typing import Any
 
 from haystack_state.errors import CheckpointNotFoundError, ThreadNotFoundError
 from haystack_state.persistence.base import Checkpointer, check_commit
@@ -35,6 +36,10 @@ class InMemoryCheckpointer(Checkpointer):
         super().__init__(cache_size=cache_size)
         self._lock = threading.Lock()
         self._threads: dict[str, _Thread] = {}
+
+    def init_parameters(self) -> dict[str, Any]:
+        """No settings: a rebuilt in-memory checkpointer starts empty (its threads live only in this object)."""
+        return {}
 
     def _insert(self, row: StoredCheckpoint, expected_head: str | None) -> None:
         with self._lock:

@@ -23,6 +23,9 @@ except ImportError as _error:  # pragma: no cover - depends on the installed ext
         'PostgresCheckpointer needs the postgres extra: pip install "haystack-state[postgres]"'
     ) from _error
 
+from haystack.core.errors import SerializationError
+from haystack.utils import Secret
+
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, ThreadNotFoundError
 from haystack_state.persistence.base import Checkpointer, check_commit, conflict_error
 from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo
@@ -75,7 +78,7 @@ class PostgresCheckpointer(Checkpointer):
 
     def __init__(
         self,
-        conninfo: str | None = None,
+        conninfo: str | Secret | None = None,
         *,
         pool: ConnectionPool[Any] | None = None,
         schema: str = "public",
@@ -90,12 +93,15 @@ class PostgresCheckpointer(Checkpointer):
         self._checkpoints = sql.Identifier(schema, "haystack_state_checkpoints")
         self._migrations = sql.Identifier(schema, "haystack_state_migrations")
         self._owns_pool = pool is None
+        self._conninfo = conninfo
+        self._max_connections = max_connections
+        dsn = conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo
         if pool is None:
             # Connect once directly first: a wrong conninfo fails at once instead of after the pool's timeout.
-            with psycopg.connect(conninfo or "", autocommit=True) as conn:
+            with psycopg.connect(dsn or "", autocommit=True) as conn:
                 self._migrate(conn)
             pool = ConnectionPool(
-                conninfo or "", min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
+                dsn or "", min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
             )
             self._pool = pool
         else:
@@ -146,6 +152,43 @@ class PostgresCheckpointer(Checkpointer):
                 conn.execute(self._q("INSERT INTO {migrations} VALUES (%s, now())"), (version,))
 
     # --- storage primitives -------------------------------------------------------------------------------------
+
+    def init_parameters(self) -> dict[str, Any]:
+        """
+        The connection settings, without secrets: a ``Secret`` conninfo is stored as its reference (for example
+        ``Secret.from_env_var("PG_DSN")``), a conninfo string only if it holds no password.
+
+        :raises SerializationError: For a checkpointer built on a pool, or a conninfo string with a password.
+        """
+        if not self._owns_pool:
+            raise SerializationError(
+                "A PostgresCheckpointer built on a pool cannot be serialized; build it from conninfo, for example "
+                "PostgresCheckpointer(Secret.from_env_var('PG_DSN'))."
+            )
+        params: dict[str, Any] = {"schema": self._schema, "max_connections": self._max_connections}
+        if isinstance(self._conninfo, Secret):
+            params["conninfo"] = self._conninfo.to_dict()
+        elif self._conninfo is not None:
+            if "password" in psycopg.conninfo.conninfo_to_dict(self._conninfo):
+                raise SerializationError(
+                    "This PostgresCheckpointer's conninfo holds a password, which would be written in clear; pass "
+                    "it as Secret.from_env_var('PG_DSN') instead."
+                )
+            params["conninfo"] = self._conninfo
+        return params
+
+    @classmethod
+    def from_init_parameters(cls, params: dict[str, Any]) -> PostgresCheckpointer:
+        """
+        Rebuild a checkpointer from :meth:`init_parameters` output.
+
+        :param params: The parameters.
+        :returns: The checkpointer.
+        """
+        params = dict(params)
+        if isinstance(params.get("conninfo"), dict):
+            params["conninfo"] = Secret.from_dict(params["conninfo"])
+        return cls(**params)
 
     def _insert(self, row: StoredCheckpoint, expected_head: str | None) -> None:
         with self._transaction() as conn:

@@ -151,6 +151,10 @@ class SQLiteCheckpointer(Checkpointer):
 
     # --- storage primitives -------------------------------------------------------------------------------------
 
+    def init_parameters(self) -> dict[str, Any]:
+        """The file's path and the busy timeout: what rebuilds this checkpointer on the same database."""
+        return {"path": self._path, "timeout": self._timeout}
+
     def _insert(self, row: StoredCheckpoint, expected_head: str | None) -> None:
         with self._transaction("BEGIN IMMEDIATE") as conn:
             if expected_head is not None and row.parent_id == expected_head and self._append(conn, row, expected_head):
