@@ -32,6 +32,7 @@ from haystack_state.agent_loop import (
     normalize_hooks,
 )
 from haystack_state.agent_threads import ThreadMethods
+from haystack_state.errors import ToolDefinitionError
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.serde import checkpointer_from_dict
 from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
@@ -141,6 +142,22 @@ class Agent(ThreadMethods):
                 f"state_schema keys {clashes} clash with Agent outputs or run parameters; rename them. "
                 f"Reserved: {', '.join(sorted(RESERVED_OUTPUTS | RESERVED_INPUTS))}."
             )
+        mapping_problems = [
+            (
+                spec.name,
+                f"Tool '{spec.name}': {field} names state key '{key}', which state_schema does not declare "
+                f"(keys: {', '.join(self._specs_fields)}).",
+            )
+            for spec in self._specs.values()
+            for field, keys in (
+                ("inputs_from_state", spec.inputs_from_state),
+                ("outputs_to_state", spec.outputs_to_state),
+            )
+            for key in keys
+            if key not in self._specs_fields
+        ]
+        if mapping_problems:
+            raise ToolDefinitionError(mapping_problems[0][0], [problem for _, problem in mapping_problems])
         unknown = [c for c in self.exit_conditions if c != "text" and c not in self._specs]
         if unknown:
             raise ValueError(

@@ -10,11 +10,12 @@ import dataclasses
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
+from haystack import logging
 from haystack.dataclasses import ChatMessage, ToolCall
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT
 from haystack.tools.tool import Tool
 
-from haystack_state.errors import AgentRunError, ToolInvocationError
+from haystack_state.errors import AgentRunError, ThreadConflictError, ToolInvocationError
 from haystack_state.handlers import merge_lists
 from haystack_state.persistence.delta import Source
 from haystack_state.schema import FieldSpec
@@ -39,6 +40,8 @@ __all__ = [
     "model_tools",
     "normalize_hooks",
 ]
+
+logger = logging.getLogger(__name__)
 
 HOOK_POINTS = ("before_run", "before_llm", "after_tool", "after_run", "on_exit")
 RESERVED_OUTPUTS = frozenset(
@@ -281,7 +284,24 @@ def agent_loop(
             return exc
         error = AgentRunError(f"Agent: {stage} failed at step {current}: {type(exc).__name__}: {exc}", state)
         error.__cause__ = exc
+        release(error)
         return error
+
+    def release(error: AgentRunError) -> None:
+        # The run ends here, in this process: record that on the thread, so that a new run may start on it. (A
+        # crashed run cannot do this: its thread stays marked until agent.run([], thread_id=...) finishes it.)
+        # Tool calls left pending by a failed tool stay pending; so does a thread another run has taken.
+        if session is None or isinstance(error.__cause__, ThreadConflictError):
+            return
+        try:
+            stopped = {"run_step": step, "stopped": str(error)[:500]}
+            session.commit(state, "update", metadata=stopped, step=base_step + step)
+        except Exception as exc:  # the original failure is what the caller must see
+            logger.warning(
+                "Agent: could not record on thread '{thread}' that the run stopped: {error}",
+                thread=session.thread_id,
+                error=exc,
+            )
 
     def commit(source: Source, tool_names: Sequence[str] = (), *, continues: bool = False) -> None:
         if session is None or (source in ("input", "update") and not state.has_changes()):

@@ -222,8 +222,8 @@ def _validate(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         error = None
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path)
-        subject = f"parameter '{where}'" if where else "the arguments"
-        raise ToolArgumentsError(spec.name, f"Tool '{spec.name}': invalid {subject}: {error.message}.")
+        subject = f"invalid parameter '{where}'" if where else "invalid arguments"
+        raise ToolArgumentsError(spec.name, f"Tool '{spec.name}': {subject}: {error.message}.")
     return arguments
 
 

@@ -30,7 +30,7 @@ from haystack.dataclasses import ChatMessage
 
 from haystack_state.demo import QUESTIONS, describe_change, item_summary, run_demo
 from haystack_state.display import summarize
-from haystack_state.errors import CheckpointNotFoundError, HaystackStateError, ThreadNotFoundError
+from haystack_state.errors import CheckpointError, CheckpointNotFoundError, HaystackStateError, ThreadNotFoundError
 from haystack_state.persistence.records import CheckpointMeta, ThreadInfo
 from haystack_state.persistence.sqlite import THREADS, SQLiteCheckpointer
 from haystack_state.state import State
@@ -160,8 +160,10 @@ def _cmd_demo(args: argparse.Namespace, out: Output) -> None:
         raise CliError(f"no such directory: {db.parent}")
     try:
         result = run_demo(db, args.turns, echo=None if args.json else out)
-    except sqlite3.DatabaseError as error:
-        raise CliError(f"{args.db} is not a haystack-state database ({error})") from None
+    except CheckpointError as error:
+        if not isinstance(error.__cause__, sqlite3.DatabaseError):
+            raise
+        raise CliError(f"{args.db} is not a haystack-state database ({error.__cause__})") from None
     if args.json:
         out(json.dumps({"db": args.db, **dataclasses.asdict(result)}, indent=2, ensure_ascii=False))
 

@@ -171,5 +171,13 @@ class ThreadConflictError(CheckpointError):
     """Another run committed to the same thread first (optimistic versioning). Nothing of this commit was written."""
 
 
+class ThreadBusyError(ThreadConflictError, ValueError):
+    """
+    A run was started with new messages on a thread whose last run has not finished: it is running elsewhere, or it
+    stopped early (a crash, an error). Nothing of the new run was written. Retry later; if the last run stopped,
+    finish it first with ``agent.run(messages=[], thread_id=...)``.
+    """
+
+
 class CodecError(CheckpointError, ValueError):
     """A value cannot be encoded to, or decoded from, stored JSON."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from haystack.dataclasses import ChatMessage, ToolCall
 
-from haystack_state.errors import CheckpointError
+from haystack_state.errors import CheckpointError, ThreadBusyError
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.delta import Source
 from haystack_state.persistence.records import CheckpointMeta
@@ -343,9 +343,10 @@ def plan_continuation(
     :param decisions: ``Agent.resume``'s decisions, or None for ``run``.
     :returns: None if no call is pending; otherwise the assistant message holding the calls to run (approved or
         edited) and the error results of the rejected calls (see :func:`apply_decisions`).
-    :raises ValueError: If the thread is interrupted and ``run`` was called (not ``resume``), if new messages would
-        leave pending calls unanswered, if ``resume`` is called on a thread that is not interrupted, or for
-        decisions that do not fit the pending calls.
+    :raises ThreadBusyError: If new messages come while the thread's last run has not finished (it runs elsewhere,
+        or it stopped early): a ``ThreadConflictError``, so a caller that retries on conflicts retries.
+    :raises ValueError: If the thread is interrupted and ``run`` was called (not ``resume``), if ``resume`` is called
+        on a thread that is not interrupted, or for decisions that do not fit the pending calls.
     """
     pending = session.pending
     names = ", ".join(sorted({call.tool_name for call in pending}))
@@ -354,10 +355,12 @@ def plan_continuation(
             f"Thread '{session.thread_id}' is interrupted before tool call(s) to {names}; continue it with "
             "agent.resume(thread_id, decisions={call_id: 'approve' | 'reject' | {'arguments': {...}}})."
         )
-    if pending and messages:
-        raise ValueError(
-            f"Thread '{session.thread_id}' has tool call(s) to {names} whose results were never committed; run it "
-            "once without new messages (agent.run(messages=[], thread_id=...)) to finish them first."
+    if messages and (pending or session.continues):
+        unfinished = f"tool call(s) to {names} whose results are not committed" if pending else "a run in progress"
+        raise ThreadBusyError(
+            f"Thread '{session.thread_id}' has {unfinished}: another process may be running it, or it stopped early "
+            "(a crash, an error). Nothing was written. Retry later; if that run stopped, finish it first with "
+            "agent.run(messages=[], thread_id=...)."
         )
     if decisions is not None and not session.interrupted:
         hint = (

@@ -15,6 +15,7 @@ from haystack_state import (
     AgentRunError,
     State,
     StateSchemaError,
+    ToolDefinitionError,
     ToolExecutionError,
     merge_lists,
     replace_values,
@@ -243,7 +244,7 @@ def test_state_inputs_prefill_the_state_through_their_handlers() -> None:
 
 
 def test_an_input_of_none_leaves_the_key_unset() -> None:
-    agent, _ = make(["hi"], state_schema={"user_name": {"type": str, "default": "anonymous"}})
+    agent, _ = make(["hi"], state_schema={**SCHEMA, "user_name": {"type": str, "default": "anonymous"}})
     assert agent.run(user(), user_name=None)["user_name"] == "anonymous"
 
 
@@ -312,7 +313,7 @@ def test_a_failing_tool_is_reported_to_the_model_and_merges_nothing() -> None:
 
 def test_a_tool_call_the_model_invents_is_reported_to_the_model() -> None:
     script = [reply(calls=[("nonexistent", {})]), "ok"]
-    agent = Agent(ScriptedChatGenerator(script=script, validate_tools=False), tools=[search])
+    agent = Agent(ScriptedChatGenerator(script=script, validate_tools=False), tools=[search], state_schema=SCHEMA)
     result = agent.run(user())
     result_message = result["messages"][2].tool_call_result
     assert result_message.error is True
@@ -594,7 +595,7 @@ def test_a_reply_that_is_not_a_chat_message_is_an_agent_run_error() -> None:
             return {"replies": ["not a ChatMessage"]}
 
     with pytest.raises(AgentRunError, match="the chat generator failed at step 1") as info:
-        Agent(BadGenerator(), tools=[search]).run(user())
+        Agent(BadGenerator(), tools=[search], state_schema=SCHEMA).run(user())
     assert "messages" in str(info.value.__cause__)
 
 
@@ -900,7 +901,7 @@ class NeedsWarmUp:
 
 def test_run_warms_the_generator_up_once() -> None:
     generator = NeedsWarmUp()
-    agent = Agent(chat_generator=generator, tools=[search])
+    agent = Agent(chat_generator=generator, tools=[search], state_schema=SCHEMA)
     assert agent.run(user())["last_message"].text == "warm"
     assert asyncio.run(agent.run_async(user()))["last_message"].text == "warm"
     agent.run(user())
@@ -922,3 +923,11 @@ def test_unchanged_tools_are_passed_to_the_model_as_they_are() -> None:
     agent.run(user())
     assert generator.calls[0].tools == [search, finish]
     assert replace_values is not merge_lists  # both handlers importable from the package root
+
+
+def test_a_tool_mapping_to_an_undeclared_key_is_refused_at_construction() -> None:
+    with pytest.raises(ToolDefinitionError) as raised:
+        make(["hi"], state_schema={"user_name": {"type": str}})
+    message = str(raised.value)
+    assert "Tool 'search': outputs_to_state names state key 'documents'" in message
+    assert "Tool 'greet': outputs_to_state names state key 'greetings'" in message

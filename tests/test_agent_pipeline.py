@@ -215,7 +215,9 @@ class ColdGenerator:
 def test_the_pipeline_warms_up_the_agents_generator() -> None:
     generator = ColdGenerator()
     pipeline = Pipeline()
-    pipeline.add_component("agent", Agent(chat_generator=generator, tools=[tag]))
+    pipeline.add_component(
+        "agent", Agent(chat_generator=generator, tools=[tag], state_schema={"tags": {"type": list[str]}})
+    )
     pipeline.warm_up()
     assert generator.warm
     result = pipeline.run({"agent": {"messages": [ChatMessage.from_user("hi")]}})

@@ -87,7 +87,7 @@ def test_a_killed_run_continues_in_another_process_to_the_uninterrupted_state(
     assert [call.id for call in snapshot.pending_tool_calls] == pending
     assert not snapshot.interrupted
     if pending:
-        with pytest.raises(ValueError, match="never committed"):
+        with pytest.raises(ValueError, match="not committed"):
             agent.run(user("something else"), thread_id="t")
         with pytest.raises(ValueError, match=r"not interrupted.*stopped early"):
             agent.resume("t", {"c2-0": "approve"})
@@ -143,7 +143,7 @@ def test_a_failed_tool_leaves_its_call_pending_and_a_run_without_messages_finish
         agent.run(user("alpha:3"), thread_id="t", scratch=["s"])
     committed = branch(cp, "t")
     assert [m.source for m in committed] == ["input", "model", "tools", "model"]
-    with pytest.raises(ValueError, match="never committed"):
+    with pytest.raises(ValueError, match="not committed"):
         agent.run(user("other"), thread_id="t")
     result = agent.run([], thread_id="t")
     assert result["scratch"] == ["s", "alpha-1", "alpha-2", "alpha-3"]
@@ -153,19 +153,24 @@ def test_a_failed_tool_leaves_its_call_pending_and_a_run_without_messages_finish
     assert branch(cp, "t")[:4] == committed
 
 
-def test_a_failed_model_call_leaves_the_run_open_and_a_run_without_messages_continues_it(store: Harness) -> None:
+def test_a_failed_model_call_ends_the_run_on_the_thread_and_a_run_without_messages_starts_again(
+    store: Harness,
+) -> None:
+    # The failure happened in this process, so the run is known to be over: the thread records that it stopped (an
+    # "update" checkpoint that changes nothing), and later runs are not refused as if it were still in flight.
     cp = store.make()
     agent = build_agent(cp)
     thread_worker.FAIL_ONCE.add("model:alpha@1")
     with pytest.raises(AgentRunError, match="simulated failure"):
         agent.run(user("alpha:2"), thread_id="t", topic="T", scratch=["s"])
-    assert [m.source for m in branch(cp, "t")] == ["input"]
-    assert cp.get("t").meta.metadata["continues"] is True
-    result = agent.run([], thread_id="t")
-    assert (result["topic"], result["scratch"]) == ("T", ["s", "alpha-1", "alpha-2"])
-    expected_values, expected_shape = reference("alpha:2", topic="T", scratch=["s"])
-    assert cp.get("t").values == expected_values
-    assert shape(cp, "t") == expected_shape
+    history = branch(cp, "t")
+    assert [m.source for m in history] == ["input", "update"]
+    assert history[-1].changed_keys == ()
+    assert "simulated failure" in history[-1].metadata["stopped"]
+    assert "continues" not in history[-1].metadata
+    result = agent.run([], thread_id="t")  # no new messages: the model gets the conversation as it stands
+    assert result["exit_reason"] == "text"
+    assert result["notes"] == ["alpha-1", "alpha-2"]
 
 
 def test_new_messages_after_a_failed_model_call_start_a_new_run(store: Harness) -> None:

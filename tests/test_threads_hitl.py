@@ -15,6 +15,7 @@ import pytest
 from haystack.dataclasses import ChatMessage
 from workers import harness
 from workers.harness import Worker, store_spec
+from workers.thread_worker import SCHEMA as WORKER_SCHEMA
 from workers.thread_worker import build_agent
 
 from haystack_state import Agent, State, ThreadNotFoundError, tool
@@ -81,7 +82,13 @@ def test_a_run_stops_before_an_interrupt_tool_and_resumes_to_the_uninterrupted_s
 def test_reject_tells_the_model_and_runs_nothing(store: Harness) -> None:
     cp = store.make()
     generator = ScriptedChatGenerator(script=[[("write", {"text": "x"})], "understood"])
-    agent = Agent(generator, tools=build_agent(None).tools, checkpointer=cp, interrupt_before=["write"])
+    agent = Agent(
+        generator,
+        tools=build_agent(None).tools,
+        state_schema=WORKER_SCHEMA,
+        checkpointer=cp,
+        interrupt_before=["write"],
+    )
     agent.run(user("write x"), thread_id="t")
     result = agent.resume("t", {"call_1": "reject"})
     assert result["exit_reason"] == "text"

@@ -99,6 +99,9 @@ class SQLiteCheckpointer(Checkpointer):
             with self._connection() as conn:
                 conn.execute("PRAGMA journal_mode=WAL")
                 _migrate(conn)
+        except sqlite3.DatabaseError as exc:
+            self._close()
+            raise CheckpointError(f"SQLiteCheckpointer: '{self._path}' cannot be used as a database: {exc}.") from exc
         except BaseException:
             self._close()
             raise

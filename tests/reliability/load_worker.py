@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
                     time.sleep(rng.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
                     continue
                 except ValueError as error:
-                    if "never committed" not in str(error):
+                    if "not committed" not in str(error):
                         raise
                     busy += 1
                     time.sleep(rng.uniform(0.001, 0.01))

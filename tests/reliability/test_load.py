@@ -26,7 +26,7 @@ from persistence.conftest import Harness
 from workers import harness
 from workers.harness import store_spec
 
-from haystack_state import Agent, tool
+from haystack_state import Agent, ThreadBusyError, ThreadConflictError, tool
 from haystack_state.persistence import Checkpointer, SQLiteCheckpointer
 from haystack_state.testing import ScriptedChatGenerator
 from reliability.common import branch, env_count
@@ -166,32 +166,26 @@ def _two_runs(tmp_path: Path, hold_in: str) -> tuple[Checkpointer, dict[str, str
     return cp, outcome
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a run that loses a conflict has already committed its input (agent_loop commits the input before "
-    "the model call), so its user message stays in the thread and a retry duplicates it; and a run that starts later "
-    "preempts the one in flight, which livelocks a busy thread (see docs/RELIABILITY.md)",
-)
-def test_a_run_that_loses_a_conflict_writes_nothing(tmp_path: Path) -> None:
+def test_a_run_that_starts_while_another_is_in_flight_gets_a_conflict_and_writes_nothing(tmp_path: Path) -> None:
+    # A has committed its input and waits in its model call; B arrives with a message of its own. The run in flight
+    # wins; B gets ThreadBusyError (a ThreadConflictError) before writing anything, so a retry duplicates nothing.
     cp, outcome = _two_runs(tmp_path, hold_in="model")
     try:
-        assert outcome["b"] == "ok"
-        assert outcome["a"].startswith("ThreadConflictError"), outcome
+        assert outcome["a"] == "ok"
+        assert outcome["b"].startswith("ThreadBusyError"), outcome
         texts = [(m.role.value, m.text) for m in cp.get("t").values["messages"]]
-        assert texts == [("user", "b"), ("assistant", "answer to b")]
+        assert ("user", "b") not in texts
+        assert texts[0] == ("user", "a") and texts[-1] == ("assistant", "done")
     finally:
         cp.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a run on a thread whose tool calls are in flight gets a ValueError telling it to finish them (which would "
-    "run them a second time), not the ThreadConflictError that README promises for two runs on one thread",
-)
 def test_a_run_on_a_thread_with_tool_calls_in_flight_gets_a_conflict(tmp_path: Path) -> None:
     cp, outcome = _two_runs(tmp_path, hold_in="tool")
     try:
         assert outcome["a"] == "ok"
-        assert outcome["b"].startswith("ThreadConflictError"), outcome
+        assert outcome["b"].startswith("ThreadBusyError"), outcome
+        assert issubclass(ThreadBusyError, ThreadConflictError)
+        assert [m.text for m in cp.get("t").values["messages"] if m.is_from("user")] == ["a"]
     finally:
         cp.close()
