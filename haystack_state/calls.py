@@ -26,6 +26,7 @@ from haystack_state.errors import (
 )
 from haystack_state.state import State
 from haystack_state.tools.spec import ToolSpec
+from haystack_state.values import to_jsonable
 
 __all__ = [
     "ALL_KEYS",
@@ -317,20 +318,6 @@ def state_writes(spec: ToolSpec, result: Any) -> list[Write]:
     return writes
 
 
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "to_dict") and callable(value.to_dict):
-        return _jsonable(value.to_dict())
-    if hasattr(value, "model_dump") and callable(value.model_dump):
-        return value.model_dump(mode="json")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _jsonable(dataclasses.asdict(value))
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def result_to_string(result: Any) -> str:
     """
     Render a tool result for the model: strings as they are, other values as JSON, ``str()`` as the fallback.
@@ -344,15 +331,15 @@ def result_to_string(result: Any) -> str:
         return json.dumps(result, ensure_ascii=False, default=_json_default)
     except Exception:
         pass
-    try:  # e.g. keys json does not take (tuples): converted by _jsonable
-        return json.dumps(_jsonable(result), ensure_ascii=False)
+    try:  # e.g. keys json does not take (tuples): converted by to_jsonable
+        return json.dumps(to_jsonable(result), ensure_ascii=False)
     except Exception:  # not JSON (or a to_dict that fails, or a cycle): the string form will do
         return str(result)
 
 
 def _json_default(value: Any) -> Any:
-    """What ``json.dumps`` encodes for a value it cannot encode itself (as ``_jsonable`` converts it)."""
-    converted = _jsonable(value)
+    """What ``json.dumps`` encodes for a value it cannot encode itself (as ``to_jsonable`` converts it)."""
+    converted = to_jsonable(value)
     if converted is value:
         raise TypeError(f"{type(value).__name__} is not JSON serializable")
     return converted

@@ -29,7 +29,7 @@ import decimal
 import enum
 import pathlib
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, NoReturn
 
 __all__ = ["SCALARS", "SHAREABLE", "FrozenDict", "FrozenList", "FrozenSet", "freeze", "read", "thaw", "to_jsonable"]
@@ -484,7 +484,7 @@ def to_jsonable(value: Any) -> Any:
         return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return to_jsonable(dataclasses.asdict(value))
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [to_jsonable(v) for v in value]
