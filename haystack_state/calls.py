@@ -283,6 +283,7 @@ def call_arguments(
     :param streaming_callback: The callback to pass through, if any.
     :param passthrough: Whether to pass the callback to tools that take a ``streaming_callback`` parameter.
     :returns: The keyword arguments.
+    :raises ToolArgumentsError: If a required parameter comes from a state key that holds no value.
     """
     spec = call.spec
     assert spec is not None
@@ -290,6 +291,12 @@ def call_arguments(
     for key, param in spec.inputs_from_state.items():
         if state.has(key):
             kwargs[param] = state.get(key)
+        elif param in spec.required_params:
+            raise ToolArgumentsError(
+                spec.name,
+                f"Tool '{spec.name}': parameter '{param}' comes from state key '{key}', which holds no value; "
+                f"set '{key}' before the tool runs.",
+            )
     for param in spec.state_params:
         kwargs[param] = state
     if passthrough and streaming_callback is not None and spec.streaming_callback:

@@ -99,8 +99,12 @@ class ToolBatch:
                 continue
             assert call.spec is not None
             staged = self.state.stage() if call.spec.state_params else None
-            kwargs = call_arguments(call, staged or self.state, self.streaming_callback, self.passthrough)
             self._started.add(call.index)
+            try:
+                kwargs = call_arguments(call, staged or self.state, self.streaming_callback, self.passthrough)
+            except ToolInvocationError as exc:  # it cannot be called (an empty state key): it fails without running
+                self.finish(call, False, exc, None)
+                continue
             ready.append((call, kwargs, staged))
         return ready
 
@@ -177,7 +181,7 @@ class ToolBatch:
                 else:
                     return message
         else:
-            error = execution_error(spec.name, outcome)
+            error = outcome if isinstance(outcome, ToolInvocationError) else execution_error(spec.name, outcome)
         if self.raise_on_failure:
             raise error
         logger.warning("{error}", error=str(error))
@@ -252,6 +256,8 @@ def run_tool_calls(
             if batch.done:
                 break
             ready = batch.startable()
+            if not ready and not running:  # the calls that could start failed before running: merge them
+                continue
             if len(ready) == 1 and not running:  # nothing to overlap with: run it here, without a thread
                 call, kwargs, staged = ready[0]
                 assert call.spec is not None
@@ -339,6 +345,8 @@ async def run_tool_calls_async(
             for call, kwargs, staged in batch.startable():
                 assert call.spec is not None
                 running[asyncio.ensure_future(invoke(call.spec, kwargs))] = (call, staged)
+            if not running:  # the calls that could start failed before running: merge them
+                continue
             finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for task in finished:
                 call, staged = running.pop(task)

@@ -1363,3 +1363,48 @@ def test_every_failure_is_a_tool_invocation_error_naming_the_tool(
     name = messages[0].tool_calls[0].tool_name
     assert info.value.tool_name == name
     assert f"'{name}'" in str(info.value)
+
+
+# --- a parameter filled from a state key that holds no value --------------------------------------------------
+
+
+@tool(inputs_from_state={"user_id": "user"})
+def whoami(user: str) -> str:
+    """Say who the user is."""
+    return f"user {user}"
+
+
+@tool(inputs_from_state={"user_id": "user"})
+def whoami_or_guest(user: str = "guest") -> str:
+    """Say who the user is, or guest."""
+    return f"user {user}"
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+def test_a_required_parameter_from_an_empty_state_key_is_an_error_naming_the_key(run_async: bool) -> None:
+    state = State({"user_id": {"type": str}})
+    invoker = ToolInvoker([whoami], raise_on_failure=False)
+    message = calls(("whoami", {}))
+    output = asyncio.run(invoker.run_async(message, state=state)) if run_async else invoker.run(message, state=state)
+    [(text, error)] = results(output)
+    assert error is True
+    assert "'whoami'" in text and "'user'" in text and "state key 'user_id'" in text
+    assert state.data == {}
+
+
+def test_an_empty_state_key_raises_a_typed_error_with_raise_on_failure() -> None:
+    with pytest.raises(ToolArgumentsError, match="state key 'user_id', which holds no value"):
+        ToolInvoker([whoami]).run(calls(("whoami", {})), state=State({"user_id": {"type": str}}))
+
+
+def test_an_optional_parameter_from_an_empty_state_key_keeps_its_default() -> None:
+    output = ToolInvoker([whoami_or_guest]).run(calls(("whoami_or_guest", {})), state=State({"user_id": {"type": str}}))
+    assert results(output) == [("user guest", False)]
+
+
+def test_calls_after_one_that_cannot_start_still_run_in_order() -> None:
+    state = State({"user_id": {"type": str}})
+    output = ToolInvoker([whoami, whoami_or_guest], raise_on_failure=False).run(
+        calls(("whoami", {}), ("whoami_or_guest", {}), ("whoami", {})), state=state
+    )
+    assert [error for _, error in results(output)] == [True, False, True]

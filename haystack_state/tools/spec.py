@@ -50,6 +50,7 @@ class ToolSpec:
     :param hidden_params: Every parameter the model must not supply: the ones filled from state, the State ones,
         ``streaming_callback``, and any other named parameter missing from the model's schema.
     :param parameter_names: The named parameters the tool's callable accepts (the input sockets of a component).
+    :param required_params: Those of them without a default.
     :param accepts_any_keyword: Whether the callable also takes ``**kwargs`` (or has no inspectable signature).
     :param is_async: Whether the tool has a native async callable (``tool.async_function``).
     :param supports_sync: Whether the tool can be called synchronously (``tool.function``; ``tool.invoke``).
@@ -66,6 +67,7 @@ class ToolSpec:
     state_params: tuple[str, ...]
     hidden_params: frozenset[str]
     parameter_names: frozenset[str]
+    required_params: frozenset[str]
     accepts_any_keyword: bool
     is_async: bool
     supports_sync: bool
@@ -123,6 +125,7 @@ def tool_spec(tool: Tool) -> ToolSpec:
         state_params=state_params,
         hidden_params=frozenset(hidden),
         parameter_names=frozenset(names),
+        required_params=frozenset(param.name for param in params if param.required),
         accepts_any_keyword=any_keyword,
         is_async=tool.async_function is not None,
         supports_sync=tool.function is not None,

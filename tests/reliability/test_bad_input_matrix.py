@@ -577,8 +577,8 @@ TOOL_CALL_CASES = [
     Case(
         "call-state-input-without-a-value",
         lambda w: w.invoke(call("search", {"query": "tax"})),
-        ToolExecutionError,
-        ("'search'", "'user'"),
+        ToolArgumentsError,
+        ("'search'", "'user'", "state key 'user_id'"),
         prepare=lambda w: w.state.reset("user_id"),
     ),
     Case(
