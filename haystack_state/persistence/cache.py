@@ -40,6 +40,7 @@ from haystack_state.values import (
     frozen_dict,
     frozen_list,
     needs_copy_on_read,
+    shallow_copy,
 )
 
 __all__ = [
@@ -403,26 +404,9 @@ def _copier_for(kind: type) -> Callable[[Any], Any]:
 
 def _dataclass_copier(kind: type) -> Callable[[Any], Any]:
     names = tuple(field.name for field in dataclasses.fields(kind))
-    cls: Any = kind
-    base: Any = object
-    # A plain instance (no __slots__, no custom copying or pickling) is copied by hand, much faster than copy.copy.
-    plain = (
-        cls.__new__ is base.__new__
-        and cls.__reduce_ex__ is base.__reduce_ex__
-        and cls.__reduce__ is base.__reduce__
-        and cls.__getstate__ is base.__getstate__
-        and not hasattr(kind, "__setstate__")
-        and not hasattr(kind, "__copy__")
-        and all("__slots__" not in vars(ancestor) for ancestor in kind.__mro__[:-1])
-    )
 
     def copier(value: Any) -> Any:
-        clone: Any
-        if plain:
-            clone = object.__new__(kind)
-            clone.__dict__.update(value.__dict__)
-        else:
-            clone = copy.copy(value)
+        clone = shallow_copy(value)
         for name in names:
             inner = getattr(value, name, _UNSET)
             if inner is _UNSET or type(inner) in _SHARED:
