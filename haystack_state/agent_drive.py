@@ -13,11 +13,22 @@ from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from haystack_state.agent_loop import CallModel, Effect, RunHooks, RunTools
+from haystack_state.agent_loop import CallModel, Effect, RunTools
 from haystack_state.invoker import run_tool_calls, run_tool_calls_async
 from haystack_state.tools.spec import ToolSpec
 
-__all__ = ["Effects", "accepts", "call_hook_sync", "drive", "drive_async", "wait"]
+__all__ = [
+    "Effects",
+    "Finished",
+    "accepts",
+    "call_hook_sync",
+    "drive",
+    "drive_async",
+    "execute",
+    "execute_async",
+    "next_effect",
+    "wait",
+]
 
 Hook = Callable[..., Any]
 
@@ -88,6 +99,82 @@ class Effects:
     max_workers: int
 
 
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """The loop has returned its outputs."""
+
+    outputs: dict[str, Any]
+
+
+def next_effect(
+    flow: Generator[Effect, Any, dict[str, Any]], value: Any, error: BaseException | None
+) -> Effect | Finished:
+    """
+    Resume the loop with the last effect's result (or throw its exception into it) and take its next effect.
+
+    :param flow: The loop.
+    :param value: What the last effect produced.
+    :param error: What the last effect raised, if anything.
+    :returns: The next effect, or the loop's outputs.
+    """
+    try:
+        return flow.throw(error) if error is not None else flow.send(value)
+    except StopIteration as stop:
+        return Finished(stop.value)
+
+
+def execute(effect: Effect, effects: Effects) -> Any:
+    """
+    Execute one effect synchronously.
+
+    :param effect: What the loop asks for.
+    :param effects: What executes it.
+    :returns: Its result.
+    """
+    if isinstance(effect, CallModel):
+        return effects.chat_generator.run(**effect.inputs)
+    if isinstance(effect, RunTools):
+        return run_tool_calls(
+            effect.messages,
+            effect.state,
+            effects.specs,
+            raise_on_failure=effects.raise_on_failure,
+            max_workers=effects.max_workers,
+            streaming_callback=effect.streaming_callback,  # type: ignore[arg-type]  # sync-selected
+        )
+    return [call_hook_sync(hook, effect.state) for hook in effect.hooks]
+
+
+async def execute_async(effect: Effect, effects: Effects) -> Any:
+    """
+    Execute one effect, awaiting it: the chat generator's ``run_async`` when it has one (else ``run`` in a worker
+    thread), async tools and hooks.
+
+    :param effect: What the loop asks for.
+    :param effects: What executes it.
+    :returns: Its result.
+    """
+    if isinstance(effect, CallModel):
+        run_async = getattr(effects.chat_generator, "run_async", None)
+        if run_async is not None:
+            return await run_async(**effect.inputs)
+        return await asyncio.to_thread(effects.chat_generator.run, **effect.inputs)
+    if isinstance(effect, RunTools):
+        return await run_tool_calls_async(
+            effect.messages,
+            effect.state,
+            effects.specs,
+            raise_on_failure=effects.raise_on_failure,
+            max_workers=effects.max_workers,
+            streaming_callback=effect.streaming_callback,
+        )
+    results = []
+    for hook in effect.hooks:
+        returned = hook(effect.state)
+        results.append(await returned if inspect.isawaitable(returned) else returned)
+    return results
+
+
 def drive(flow: Generator[Effect, Any, dict[str, Any]], effects: Effects) -> dict[str, Any]:
     """
     Run the loop, executing its effects synchronously; an effect's exception is thrown back into the loop.
@@ -98,34 +185,18 @@ def drive(flow: Generator[Effect, Any, dict[str, Any]], effects: Effects) -> dic
     """
     value: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            effect = flow.throw(error) if error is not None else flow.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+    while not isinstance(effect := next_effect(flow, value, error), Finished):
         value, error = None, None
         try:
-            if isinstance(effect, CallModel):
-                value = effects.chat_generator.run(**effect.inputs)
-            elif isinstance(effect, RunTools):
-                value = run_tool_calls(
-                    effect.messages,
-                    effect.state,
-                    effects.specs,
-                    raise_on_failure=effects.raise_on_failure,
-                    max_workers=effects.max_workers,
-                    streaming_callback=effect.streaming_callback,  # type: ignore[arg-type]  # sync-selected
-                )
-            elif isinstance(effect, RunHooks):
-                value = [call_hook_sync(hook, effect.state) for hook in effect.hooks]
+            value = execute(effect, effects)
         except Exception as exc:
             error = exc
+    return effect.outputs
 
 
 async def drive_async(flow: Generator[Effect, Any, dict[str, Any]], effects: Effects) -> dict[str, Any]:
     """
-    Run the loop, awaiting its effects: the chat generator's ``run_async`` when it has one (else ``run`` in a worker
-    thread), async tools and hooks.
+    Run the loop, awaiting its effects (see :func:`execute_async`).
 
     :param flow: The loop (see :func:`haystack_state.agent_loop.agent_loop`).
     :param effects: What executes the effects.
@@ -133,32 +204,10 @@ async def drive_async(flow: Generator[Effect, Any, dict[str, Any]], effects: Eff
     """
     value: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            effect = flow.throw(error) if error is not None else flow.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+    while not isinstance(effect := next_effect(flow, value, error), Finished):
         value, error = None, None
         try:
-            if isinstance(effect, CallModel):
-                run_async = getattr(effects.chat_generator, "run_async", None)
-                if run_async is not None:
-                    value = await run_async(**effect.inputs)
-                else:
-                    value = await asyncio.to_thread(effects.chat_generator.run, **effect.inputs)
-            elif isinstance(effect, RunTools):
-                value = await run_tool_calls_async(
-                    effect.messages,
-                    effect.state,
-                    effects.specs,
-                    raise_on_failure=effects.raise_on_failure,
-                    max_workers=effects.max_workers,
-                    streaming_callback=effect.streaming_callback,
-                )
-            elif isinstance(effect, RunHooks):
-                value = []
-                for hook in effect.hooks:
-                    returned = hook(effect.state)
-                    value.append(await returned if inspect.isawaitable(returned) else returned)
+            value = await execute_async(effect, effects)
         except Exception as exc:
             error = exc
+    return effect.outputs
