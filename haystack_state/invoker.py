@@ -440,8 +440,14 @@ class ToolInvoker:
         self.enable_streaming_callback_passthrough = enable_streaming_callback_passthrough
         self._specs = tool_specs(tools)
 
-    def _specs_for(self, tools: ToolsArg | None) -> dict[str, ToolSpec]:
-        return self._specs if tools is None else tool_specs(tools)
+    def _options(self, tools: ToolsArg | None) -> dict[str, Any]:
+        """What ``run`` and ``run_async`` pass alike to the tool runner (all but the streaming callback)."""
+        return {
+            "specs": self._specs if tools is None else tool_specs(tools),
+            "raise_on_failure": self.raise_on_failure,
+            "max_workers": self.max_workers,
+            "passthrough": self.enable_streaming_callback_passthrough,
+        }
 
     @component.output_types(tool_messages=list[ChatMessage], state=State)
     def run(
@@ -462,17 +468,8 @@ class ToolInvoker:
         :raises ToolInvocationError: With ``raise_on_failure=True``, when a call fails.
         """
         state = _state_or_new(state)
-        tool_messages = run_tool_calls(
-            messages,
-            state,
-            self._specs_for(tools),
-            raise_on_failure=self.raise_on_failure,
-            max_workers=self.max_workers,
-            streaming_callback=select_streaming_callback(
-                self.streaming_callback, streaming_callback, requires_async=False
-            ),
-            passthrough=self.enable_streaming_callback_passthrough,
-        )
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
+        tool_messages = run_tool_calls(messages, state, **self._options(tools), streaming_callback=callback)
         return {"tool_messages": tool_messages, "state": state}
 
     @component.output_types(tool_messages=list[ChatMessage], state=State)
@@ -493,17 +490,8 @@ class ToolInvoker:
         :returns: ``tool_messages`` and ``state``.
         """
         state = _state_or_new(state)
-        tool_messages = await run_tool_calls_async(
-            messages,
-            state,
-            self._specs_for(tools),
-            raise_on_failure=self.raise_on_failure,
-            max_workers=self.max_workers,
-            streaming_callback=select_streaming_callback(
-                self.streaming_callback, streaming_callback, requires_async=True
-            ),
-            passthrough=self.enable_streaming_callback_passthrough,
-        )
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
+        tool_messages = await run_tool_calls_async(messages, state, **self._options(tools), streaming_callback=callback)
         return {"tool_messages": tool_messages, "state": state}
 
     def to_dict(self) -> dict[str, Any]:
