@@ -3,6 +3,8 @@
 from haystack.core.serialization import allow_deserialization_module
 
 from haystack_state.agent import Agent
+from haystack_state.agent.history import CheckpointHistory
+from haystack_state.agent.session import ThreadSnapshot
 from haystack_state.display import StateDiff
 from haystack_state.errors import (
     AgentRunError,
@@ -26,8 +28,7 @@ from haystack_state.errors import (
     UnknownStateKeyError,
 )
 from haystack_state.handlers import RESET, add, merge_dicts, merge_lists, replace_values, unique
-from haystack_state.history import CheckpointHistory
-from haystack_state.invoker import ToolInvoker
+from haystack_state.invocation import ToolInvoker
 from haystack_state.persistence import (
     Checkpoint,
     Checkpointer,
@@ -38,7 +39,6 @@ from haystack_state.persistence import (
     register_type,
 )
 from haystack_state.state import StagedState, State
-from haystack_state.threads import ThreadSnapshot
 from haystack_state.tools import ComponentTool, FunctionTool, ToolSpec, tool, tool_spec, tool_specs
 from haystack_state.values import FrozenDict, FrozenList, thaw
 

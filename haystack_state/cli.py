@@ -28,13 +28,13 @@ from typing import Any
 
 from haystack.dataclasses import ChatMessage
 
+from haystack_state.agent.session import pending_tool_calls
 from haystack_state.demo import QUESTIONS, describe_change, item_summary, run_demo
 from haystack_state.display import summarize
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, HaystackStateError, ThreadNotFoundError
 from haystack_state.persistence.records import CheckpointMeta, ThreadInfo
 from haystack_state.persistence.sqlite import THREADS, SQLiteCheckpointer
 from haystack_state.state import State
-from haystack_state.threads import pending_tool_calls
 from haystack_state.values import to_jsonable
 
 __all__ = ["main", "build_parser"]

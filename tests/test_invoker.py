@@ -44,8 +44,8 @@ from haystack_state import (
     tool,
     tool_spec,
 )
-from haystack_state.calls import _checker, _validate, plan_calls, result_to_string
 from haystack_state.handlers import merge_lists, replace_values
+from haystack_state.invocation.calls import _checker, _validate, plan_calls, result_to_string
 
 # --- helpers -------------------------------------------------------------------------------------------
 
@@ -1017,7 +1017,7 @@ def test_runtime_tools_override_the_constructor_tools() -> None:
 
 
 def test_runtime_tools_do_not_leak_validators() -> None:
-    from haystack_state import calls as calls_module
+    from haystack_state.invocation import calls as calls_module
 
     invoker = ToolInvoker([echo])
     for _ in range(3):
@@ -1172,7 +1172,7 @@ def test_to_dict_and_from_dict(monkeypatch: pytest.MonkeyPatch) -> None:
         enable_streaming_callback_passthrough=True,
     )
     data = invoker.to_dict()
-    assert data["type"] == "haystack_state.invoker.ToolInvoker"
+    assert data["type"] == "haystack_state.invocation.ToolInvoker"
     params = data["init_parameters"]
     assert params["raise_on_failure"] is False
     assert params["max_workers"] == 2

@@ -99,7 +99,7 @@ def test_pipeline_runs_generator_then_invoker() -> None:
 
 def test_pipeline_round_trips_through_yaml_and_runs() -> None:
     yaml_text = build_pipeline(max_workers=2).dumps()
-    assert "haystack_state.invoker.ToolInvoker" in yaml_text
+    assert "haystack_state.invocation.ToolInvoker" in yaml_text
     assert f"{__name__}.save_note" in yaml_text and f"{__name__}.hs_multiply" in yaml_text
 
     loaded = Pipeline.loads(yaml_text, allowed_modules=[__name__])

@@ -1,7 +1,7 @@
 """
 What a tool call does, as plain functions with no I/O: resolve the tool, validate the model's arguments, plan the
 order of the calls, inject state, turn results into state writes and into tool result messages. ``ToolInvoker`` and
-``Agent`` only execute what these functions decide (see ``haystack_state.invoker``).
+``Agent`` only execute what these functions decide (see ``haystack_state.invocation.invoker``).
 """
 
 from __future__ import annotations

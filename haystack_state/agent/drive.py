@@ -1,5 +1,5 @@
 """
-Executing the effects of the agent loop (:mod:`haystack_state.agent_loop`): calling the chat generator, running the
+Executing the effects of the agent loop (:mod:`haystack_state.agent.loop`): calling the chat generator, running the
 tool calls and the hooks, synchronously (:func:`drive`) or awaiting them (:func:`drive_async`).
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from haystack_state.agent_loop import CallModel, Effect, RunTools
-from haystack_state.invoker import run_tool_calls, run_tool_calls_async
+from haystack_state.agent.loop import CallModel, Effect, RunTools
+from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
 from haystack_state.tools.spec import ToolSpec
 
 __all__ = [
@@ -179,7 +179,7 @@ def drive(flow: Generator[Effect, Any, dict[str, Any]], effects: Effects) -> dic
     """
     Run the loop, executing its effects synchronously; an effect's exception is thrown back into the loop.
 
-    :param flow: The loop (see :func:`haystack_state.agent_loop.agent_loop`).
+    :param flow: The loop (see :func:`haystack_state.agent.loop.agent_loop`).
     :param effects: What executes the effects.
     :returns: The loop's outputs.
     """
@@ -198,7 +198,7 @@ async def drive_async(flow: Generator[Effect, Any, dict[str, Any]], effects: Eff
     """
     Run the loop, awaiting its effects (see :func:`execute_async`).
 
-    :param flow: The loop (see :func:`haystack_state.agent_loop.agent_loop`).
+    :param flow: The loop (see :func:`haystack_state.agent.loop.agent_loop`).
     :param effects: What executes the effects.
     :returns: The loop's outputs.
     """

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from haystack_state.agent.history import CheckpointHistory
+from haystack_state.agent.session import ThreadSession, ThreadSnapshot
 from haystack_state.errors import ThreadNotFoundError
-from haystack_state.history import CheckpointHistory
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.records import CheckpointMeta
 from haystack_state.schema import FieldSpec
-from haystack_state.threads import ThreadSession, ThreadSnapshot
 
 __all__ = ["ThreadMethods"]
 

@@ -1,6 +1,6 @@
 """
 ``Agent``: a Haystack component that loops model -> tools -> model over a typed State and exposes every state key
-as an output. The loop is written once (:mod:`haystack_state.agent_loop`); ``run`` and ``run_async`` only execute
+as an output. The loop is written once (:mod:`haystack_state.agent.loop`); ``run`` and ``run_async`` only execute
 the model calls, tool calls and hooks it asks for.
 """
 
@@ -22,8 +22,8 @@ from haystack.tools.utils import warm_up_tools, warm_up_tools_async
 from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
 
-from haystack_state.agent_drive import Effects, accepts, drive, drive_async
-from haystack_state.agent_loop import (
+from haystack_state.agent.drive import Effects, accepts, drive, drive_async
+from haystack_state.agent.loop import (
     RESERVED_INPUTS,
     RESERVED_OUTPUTS,
     LoopConfig,
@@ -31,7 +31,7 @@ from haystack_state.agent_loop import (
     model_tools,
     normalize_hooks,
 )
-from haystack_state.agent_threads import ThreadMethods
+from haystack_state.agent.thread_methods import ThreadMethods
 from haystack_state.errors import ToolDefinitionError
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.serde import checkpointer_from_dict
@@ -100,6 +100,9 @@ class Agent(ThreadMethods):
     :raises ValueError: For a schema key that clashes with an output or a ``run`` parameter, an unknown hook point,
         exit condition or ``interrupt_before`` tool, or ``interrupt_before`` without a checkpointer.
     """
+
+    # Serialized (and registered with Pipelines) under its public path, whatever module it is defined in.
+    __module__ = "haystack_state.agent"
 
     def __init__(
         self,

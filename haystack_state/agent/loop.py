@@ -15,12 +15,12 @@ from haystack.dataclasses import ChatMessage, ToolCall
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT
 from haystack.tools.tool import Tool
 
+from haystack_state.agent.session import ThreadSession, in_call_order, plan_continuation, reset_run_scope
 from haystack_state.errors import AgentRunError, ThreadConflictError, ToolInvocationError
 from haystack_state.handlers import merge_lists
 from haystack_state.persistence.delta import Source
 from haystack_state.schema import FieldSpec
 from haystack_state.state import State
-from haystack_state.threads import ThreadSession, in_call_order, plan_continuation, reset_run_scope
 from haystack_state.tools.spec import ToolSpec
 
 __all__ = [
@@ -233,7 +233,7 @@ def agent_loop(
     With a thread ``session``, the state is loaded from the thread and a checkpoint is committed after the inputs,
     after each model reply, after each step's tool results and, if hooks changed the state after that, at the end
     (``"update"``). Run without new messages on an unfinished run (a crash, an error or an interrupt came first, see
-    :mod:`haystack_state.threads`), it continues that run: the run-scoped keys and the step count are kept,
+    :mod:`haystack_state.agent.session`), it continues that run: the run-scoped keys and the step count are kept,
     ``before_run`` hooks are not run again, and the tool calls whose results were never committed run first
     (``decisions``, from ``Agent.resume``, approve, reject or edit them).
 

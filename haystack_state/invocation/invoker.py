@@ -1,0 +1,178 @@
+"""
+``ToolInvoker``: a Haystack component that runs a model's tool calls against a State (see :mod:`.run`).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from haystack import component, default_from_dict, default_to_dict
+from haystack.dataclasses import ChatMessage
+from haystack.dataclasses.streaming_chunk import StreamingCallbackT, select_streaming_callback
+from haystack.tools.serde_utils import deserialize_tools_or_toolset_inplace, serialize_tools_or_toolset
+from haystack.tools.tool import Tool
+from haystack.tools.toolset import Toolset
+from haystack.utils import deserialize_callable, serialize_callable
+
+from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
+from haystack_state.state import State
+from haystack_state.tools.spec import tool_specs
+
+__all__ = ["ToolInvoker"]
+
+ToolsArg = list[Tool | Toolset] | Toolset
+
+
+def _state_or_new(state: Any) -> State:
+    """The State to run against: the one given, or a new empty one. Anything else is refused with the fix."""
+    if state is None:
+        return State({})
+    if not isinstance(state, State):
+        raise TypeError(
+            f"ToolInvoker needs a haystack_state State, got {type(state).__module__}.{type(state).__name__}. "
+            "Convert one of haystack-ai's with haystack_state.State.from_dict(state.to_dict())."
+        )
+    return state
+
+
+@component
+class ToolInvoker:
+    """
+    Runs the tool calls of a model's messages against a State: resolves each tool, validates the model's arguments,
+    fills parameters from state, injects the State, calls the tools (in parallel where they do not depend on each
+    other), merges their outputs into the state in the order the model listed the calls, and returns one tool
+    result message per call.
+
+    A call that fails merges nothing, including what it wrote through an injected State. Parameters hidden from
+    the model always come from state: a value the model sends for one is dropped.
+
+    ### Usage example
+    ```python
+    from haystack.dataclasses import ChatMessage, ToolCall
+    from haystack_state import State, ToolInvoker, tool
+
+    @tool(outputs_to_state={"total": {"source": "sum"}})
+    def add(a: int, b: int) -> dict:
+        '''Add two numbers.'''
+        return {"sum": a + b}
+
+    invoker = ToolInvoker(tools=[add])
+    state = State({"total": {"type": int}})
+    call = ToolCall(tool_name="add", arguments={"a": 1, "b": 2})
+    result = invoker.run(messages=[ChatMessage.from_assistant(tool_calls=[call])], state=state)
+    assert result["state"].get("total") == 3
+    ```
+
+    :param tools: The tools: haystack ``Tool`` instances (this package's or haystack-ai's), ``ComponentTool``s,
+        ``Toolset``s, or a list mixing them.
+    :param raise_on_failure: If True, a failing call raises a ``ToolInvocationError`` naming the tool and the cause.
+        If False, it becomes a tool result with ``error=True`` that tells the model what went wrong.
+    :param max_workers: How many calls may run at once.
+    :param streaming_callback: Receives each tool result as a ``StreamingChunk`` as it is produced.
+    :param enable_streaming_callback_passthrough: Pass the streaming callback to tools that take a
+        ``streaming_callback`` parameter.
+    """
+
+    # Serialized (and registered with Pipelines) under its public path, whatever module it is defined in.
+    __module__ = "haystack_state.invocation"
+
+    def __init__(
+        self,
+        tools: ToolsArg,
+        raise_on_failure: bool = True,
+        max_workers: int = 4,
+        streaming_callback: StreamingCallbackT | None = None,
+        enable_streaming_callback_passthrough: bool = False,
+    ) -> None:
+        self.tools = tools
+        self.raise_on_failure = raise_on_failure
+        self.max_workers = max_workers
+        self.streaming_callback = streaming_callback
+        self.enable_streaming_callback_passthrough = enable_streaming_callback_passthrough
+        self._specs = tool_specs(tools)
+
+    def _options(self, tools: ToolsArg | None) -> dict[str, Any]:
+        """What ``run`` and ``run_async`` pass alike to the tool runner (all but the streaming callback)."""
+        return {
+            "specs": self._specs if tools is None else tool_specs(tools),
+            "raise_on_failure": self.raise_on_failure,
+            "max_workers": self.max_workers,
+            "passthrough": self.enable_streaming_callback_passthrough,
+        }
+
+    @component.output_types(tool_messages=list[ChatMessage], state=State)
+    def run(
+        self,
+        messages: list[ChatMessage],
+        state: State | None = None,
+        tools: ToolsArg | None = None,
+        streaming_callback: StreamingCallbackT | None = None,
+    ) -> dict[str, Any]:
+        """
+        Run the tool calls of ``messages``.
+
+        :param messages: Messages whose tool calls to run (typically the model's replies).
+        :param state: The State the tools read and write. A new empty State if None.
+        :param tools: Tools to use for this run instead of the ones given at construction.
+        :param streaming_callback: Overrides the callback given at construction for this run.
+        :returns: ``tool_messages``: one tool result per call, in call order; ``state``: the State.
+        :raises ToolInvocationError: With ``raise_on_failure=True``, when a call fails.
+        """
+        state = _state_or_new(state)
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
+        tool_messages = run_tool_calls(messages, state, **self._options(tools), streaming_callback=callback)
+        return {"tool_messages": tool_messages, "state": state}
+
+    @component.output_types(tool_messages=list[ChatMessage], state=State)
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        state: State | None = None,
+        tools: ToolsArg | None = None,
+        streaming_callback: StreamingCallbackT | None = None,
+    ) -> dict[str, Any]:
+        """
+        Run the tool calls of ``messages`` asynchronously. Same parameters and results as :meth:`run`.
+
+        :param messages: Messages whose tool calls to run.
+        :param state: The State the tools read and write. A new empty State if None.
+        :param tools: Tools to use for this run instead of the ones given at construction.
+        :param streaming_callback: Overrides the callback given at construction for this run (sync or async).
+        :returns: ``tool_messages`` and ``state``.
+        """
+        state = _state_or_new(state)
+        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
+        tool_messages = await run_tool_calls_async(messages, state, **self._options(tools), streaming_callback=callback)
+        return {"tool_messages": tool_messages, "state": state}
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serialise the component, its tools included.
+
+        :returns: The serialised component.
+        """
+        callback = serialize_callable(self.streaming_callback) if self.streaming_callback else None
+        return default_to_dict(
+            self,
+            tools=serialize_tools_or_toolset(self.tools),
+            raise_on_failure=self.raise_on_failure,
+            max_workers=self.max_workers,
+            streaming_callback=callback,
+            enable_streaming_callback_passthrough=self.enable_streaming_callback_passthrough,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolInvoker:
+        """
+        Rebuild the component from :meth:`to_dict` output. ``data`` itself is left as it is.
+
+        :param data: The serialised component.
+        :returns: The component.
+        """
+        data = copy.deepcopy(data)  # tool deserialization works in place
+        params = data.setdefault("init_parameters", {})
+        deserialize_tools_or_toolset_inplace(params, key="tools")
+        if params.get("streaming_callback"):
+            params["streaming_callback"] = deserialize_callable(params["streaming_callback"])
+        return default_from_dict(cls, data)
