@@ -137,7 +137,11 @@ class ForkServer:
     """
 
     def __init__(self, log: Path) -> None:
-        env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "PYTHONPATH": str(TESTS_DIR)}
+        env = {
+            **os.environ,
+            "HAYSTACK_TELEMETRY_ENABLED": "False",
+            "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)]),
+        }
         self._stderr = open(log, "w")  # noqa: SIM115 - closed in close()
         self._lock = threading.Lock()
         self.process = subprocess.Popen(

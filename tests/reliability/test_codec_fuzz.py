@@ -221,7 +221,11 @@ def test_random_tagged_data_decodes_or_fails_with_a_codec_error_only(data: Any) 
 
 
 def test_a_fresh_interpreter_imports_nothing_while_loading_hostile_data(report: Callable[[str], None]) -> None:
-    env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "PYTHONPATH": str(TESTS_DIR)}
+    env = {
+        **os.environ,
+        "HAYSTACK_TELEMETRY_ENABLED": "False",
+        "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)]),
+    }
     done = subprocess.run(
         [sys.executable, "-m", "reliability.codec_cases"],
         cwd=TESTS_DIR,

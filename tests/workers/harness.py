@@ -83,7 +83,11 @@ class Worker:
     """
 
     def __init__(self, *args: str) -> None:
-        env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "PYTHONPATH": str(TESTS_DIR)}
+        env = {
+            **os.environ,
+            "HAYSTACK_TELEMETRY_ENABLED": "False",
+            "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)]),
+        }
         self.process = subprocess.Popen(
             [sys.executable, "-m", "workers.thread_worker", *args],
             cwd=TESTS_DIR,
