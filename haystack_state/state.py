@@ -32,7 +32,7 @@ from haystack_state.schema import (
     type_check,
     type_name,
 )
-from haystack_state.values import SHAREABLE, freeze, needs_copy_on_read, read, thaw, to_jsonable
+from haystack_state.values import SHAREABLE, FrozenList, freeze, needs_copy_on_read, read, thaw, to_jsonable
 
 __all__ = ["State", "StagedState"]
 
@@ -139,6 +139,26 @@ class State:
             if key not in self._values:
                 return default
             return read(self._values[key], self._has_objects.get(key))
+
+    def view(self, key: str, default: Any = None) -> Any:
+        """
+        Read a value without copying anything inside it: a list comes back as a read-only list (``FrozenList``)
+        sharing the stored items, everything else as it is stored (read-only containers, frozen values). The cost
+        does not depend on how big the items are, only on the length of a list.
+
+        Unlike :meth:`get`, the objects inside are the state's own: objects such as ``ChatMessage`` or ``Document``
+        must not be changed in place (haystack warns when one is). Hooks and context policies read the
+        conversation this way.
+
+        :param key: The key to read.
+        :param default: Returned when the key holds no value.
+        :returns: The value, or ``default``.
+        """
+        with self._lock:
+            if key not in self._values:
+                return default
+            value = self._values[key]
+            return FrozenList(value) if type(value) is list else value
 
     def has(self, key: str) -> bool:
         """
@@ -538,6 +558,11 @@ class StagedState(State):
         with self._lock:
             self._own((key,))
         return super().get(key, default)
+
+    def view(self, key: str, default: Any = None) -> Any:
+        with self._lock:
+            self._own((key,))
+        return super().view(key, default)
 
     @property
     def data(self) -> dict[str, Any]:

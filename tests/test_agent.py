@@ -137,7 +137,7 @@ def test_an_exit_condition_naming_no_tool_is_rejected() -> None:
 def test_unknown_hook_points_and_uncallable_hooks_are_rejected() -> None:
     with pytest.raises(ValueError, match="Unknown hook point 'before_tools'"):
         make(["hi"], hooks={"before_tools": print})
-    with pytest.raises(ValueError, match="must be callable"):
+    with pytest.raises(TypeError, match=r"must be a haystack Hook .* or a callable"):
         make(["hi"], hooks={"before_llm": [print, "nope"]})
 
 
@@ -153,12 +153,14 @@ def test_state_keys_are_optional_inputs_and_outputs() -> None:
     pipeline.add_component("agent", agent)
     inputs = pipeline.inputs(include_components_with_connected_inputs=True)["agent"]
     outputs = pipeline.outputs()["agent"]
-    assert set(inputs) == {"messages", "streaming_callback", "thread_id", "checkpoint_id", *SCHEMA}
+    run_options = {"streaming_callback", "thread_id", "checkpoint_id", "generation_kwargs", "tools", "hook_context"}
+    assert set(inputs) == {"messages", *run_options, *SCHEMA}
     for key in SCHEMA:
         assert inputs[key]["is_mandatory"] is False
         assert inputs[key]["type"] == SCHEMA[key]["type"]
     assert inputs["messages"]["is_mandatory"] is True
-    run_facts = {"step_count", "exit_reason", "token_usage", "pending_tool_calls", "checkpoint_id"}
+    run_facts = {"step_count", "exit_reason", "token_usage", "tool_call_counts", "context_tokens"}
+    run_facts |= {"pending_tool_calls", "checkpoint_id"}
     assert set(outputs) == {"messages", "last_message", *run_facts, *SCHEMA}
     assert outputs["total"]["type"] is int
 

@@ -184,7 +184,7 @@ def test_get_state_at_an_old_checkpoint_is_the_state_as_it_was_then(store: Harne
     seen: dict[str, dict[str, Any]] = {}
 
     def remember(state: State) -> None:  # after each step's tools, before the tools checkpoint
-        seen[f"step {len(seen) + 1}"] = state.data
+        seen[f"step {len(seen) + 1}"] = state.snapshot()  # type: ignore[attr-defined]  # hooks get a RunState
 
     agent = build_agent(cp, hooks={"after_tool": remember})
     agent.run(user("alpha:3"), thread_id="t")

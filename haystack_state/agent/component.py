@@ -1,14 +1,14 @@
 """
 ``Agent``: a Haystack component that loops model -> tools -> model over a typed State and exposes every state key
-as an output. The loop is written once (:mod:`haystack_state.agent.loop`); ``run`` and ``run_async`` only execute
-the model calls, tool calls and hooks it asks for.
+as an output. A drop-in for haystack-ai 3.4's ``Agent`` (its hooks, prompts, per-run options, lazy toolsets, errors
+and tracing spans), with durable threads. The loop is written once (:mod:`haystack_state.agent.loop`); ``run`` and
+``run_async`` only execute the model calls, tool calls, hooks and commits it asks for.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
-from collections.abc import Callable
+import inspect
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict, logging
@@ -18,31 +18,43 @@ from haystack.dataclasses.streaming_chunk import StreamingCallbackT, select_stre
 from haystack.tools.serde_utils import deserialize_tools_or_toolset_inplace, serialize_tools_or_toolset
 from haystack.tools.tool import Tool
 from haystack.tools.toolset import Toolset
-from haystack.tools.utils import warm_up_tools, warm_up_tools_async
+from haystack.tools.utils import (
+    close_tools,
+    close_tools_async,
+    flatten_tools_or_toolsets,
+    warm_up_tools,
+    warm_up_tools_async,
+)
 from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
 
 from haystack_state.agent.drive import Effects, accepts, drive, drive_async
-from haystack_state.agent.loop import (
-    RESERVED_INPUTS,
-    RESERVED_OUTPUTS,
-    LoopConfig,
-    agent_loop,
-    model_tools,
+from haystack_state.agent.hooks import (
+    close_hooks,
+    close_hooks_async,
+    deserialize_hooks,
     normalize_hooks,
+    serialize_hooks,
+    warm_up_hooks,
+    warm_up_hooks_async,
 )
+from haystack_state.agent.loop import RESERVED_INPUTS, RESERVED_OUTPUTS, LoopConfig, RunRequest, agent_loop
+from haystack_state.agent.prompts import PromptTemplates, RequiredVariables
+from haystack_state.agent.run_state import RUN_KEYS
 from haystack_state.agent.thread_methods import ThreadMethods
-from haystack_state.errors import ToolDefinitionError
+from haystack_state.agent.toolbox import Toolbox, ToolsArg, check_names
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.serde import checkpointer_from_dict
 from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
-from haystack_state.tools.spec import tool_specs
 
 __all__ = ["Agent"]
 
 logger = logging.getLogger(__name__)
 
-Hook = Callable[..., Any]
+
+def _given(tools: ToolsArg | None) -> bool:
+    """Whether tools were given (a Toolset counts even if it has not loaded its tools yet)."""
+    return tools is not None and (isinstance(tools, Toolset) or len(tools) > 0)
 
 
 @component
@@ -50,10 +62,12 @@ class Agent(ThreadMethods):
     """
     A tool-calling agent over a typed State: it sends the messages and the tools to the chat generator, runs the
     tool calls the model makes (in parallel where they are independent, merging their outputs into the state), and
-    repeats until the model answers in text, an exit-condition tool succeeds, or ``max_agent_steps`` is reached.
+    repeats until the model answers in text, an exit-condition tool succeeds, a hook stops it, or ``max_agent_steps``
+    is reached.
 
     Every state key is an output of the component, and an optional input: ``agent.run(messages, user_name="Alice")``
-    fills the ``user_name`` key (through its handler) before the first step.
+    fills the ``user_name`` key (through its handler) before the first step. The variables of ``system_prompt`` and
+    ``user_prompt`` are inputs too.
 
     ### Usage example
     ```python
@@ -75,8 +89,11 @@ class Agent(ThreadMethods):
 
     :param chat_generator: Any Haystack chat generator whose ``run`` accepts ``tools``.
     :param tools: The tools the model may call: ``Tool``s (this package's or haystack-ai's), ``ComponentTool``s,
-        ``Toolset``s, or a list mixing them.
-    :param system_prompt: A system message put first, once, unless the messages already start with one.
+        ``Toolset``s (including ones that load their tools in ``warm_up``, such as MCP toolsets), or a list mixing
+        them.
+    :param system_prompt: The system prompt: a Jinja2 template (plain text, or one ``{% message role="system" %}``
+        block) rendered from ``run``'s keyword arguments, put first on a new conversation unless the messages
+        already start with a system message.
     :param exit_conditions: What ends the run: ``"text"`` (a reply without tool calls) and/or tool names (a
         successful call of that tool). Defaults to ``["text"]``. A reply without tool calls always ends the run.
     :param state_schema: The State schema (see ``State``). A ``messages`` key is added automatically.
@@ -84,10 +101,14 @@ class Agent(ThreadMethods):
     :param streaming_callback: Receives the model's streamed chunks and the tool results.
     :param raise_on_tool_invocation_failure: Raise on a failed tool call instead of reporting it to the model.
     :param tool_concurrency_limit: How many tool calls may run at once.
-    :param hooks: Callables run at ``before_run``, ``before_llm``, ``after_tool``, ``after_run`` and ``on_exit``,
-        each given the live State; ``{"before_llm": fn}`` or ``{"before_llm": [fn, ...]}``. They may be ``async``
-        (awaited by ``run_async``, run to completion by ``run``). An ``on_exit`` hook that returns ``True`` (exactly)
-        keeps the agent running (after, typically, adding a message to the state).
+    :param hooks: What runs at the points of a run: ``before_run``, ``before_llm``, ``before_tool``,
+        ``after_tool``, ``on_exit`` and ``after_run``; ``{"before_llm": hook}`` or ``{"before_llm": [hook, ...]}``. A
+        hook is a haystack ``Hook`` (``@hook`` from ``haystack.hooks``, ``ConfirmationHook``, the budget and
+        compaction hooks, any object with ``run(state)``) or a plain callable taking the state (sync or async). Hooks
+        get the run's live state, which also carries ``step_count``, ``token_usage``, ``tool_call_counts``,
+        ``context_tokens``, ``exit_reason``, ``tools`` and ``hook_context`` as in haystack-ai; a hook that sets
+        ``stop_run`` ends the run before the next model call (its value is the exit reason), and an ``on_exit`` hook
+        that sets ``continue_run`` (or returns ``True``) keeps it going.
     :param checkpointer: Where durable threads live (see ``haystack_state.persistence``): with it, ``run(...,
         thread_id=...)`` loads the thread's state and commits a checkpoint after every model reply and every step's
         tool results; ``get_state``, ``get_history``, ``update_state`` and ``resume`` read and edit threads. Keys
@@ -95,10 +116,19 @@ class Agent(ThreadMethods):
         (``messages`` always) are kept.
     :param interrupt_before: Tool names before which a run on a thread stops, with ``exit_reason="interrupted"``
         and the calls in ``pending_tool_calls``, until ``resume`` gets a decision for each. Needs a checkpointer.
-    :raises TypeError: If tools are given and the chat generator's ``run`` does not accept ``tools``.
+    :param user_prompt: A user prompt template (plain text, or one ``{% message role="user" %}`` block) rendered
+        from ``run``'s keyword arguments and appended to the run's messages.
+    :param required_variables: The prompt variables ``run`` must be given: ``"*"`` (all, the default), a list, or
+        None (none; missing ones render empty).
+    :param tool_streaming_callback_passthrough: Pass the streaming callback to tools that take a
+        ``streaming_callback`` parameter.
+    :raises TypeError: If tools are given and the chat generator's ``run`` does not accept ``tools``, or a hook is
+        neither a ``Hook`` nor callable.
     :raises StateSchemaError: If the state schema is invalid.
-    :raises ValueError: For a schema key that clashes with an output or a ``run`` parameter, an unknown hook point,
-        exit condition or ``interrupt_before`` tool, or ``interrupt_before`` without a checkpointer.
+    :raises ValueError: For a schema key or prompt variable that clashes with an output, a ``run`` parameter or a run
+        value, an unknown hook point, a hook registered where it cannot run, an exit condition or ``interrupt_before``
+        tool that names no tool, ``interrupt_before`` without a checkpointer, or a malformed prompt.
+    :raises ToolDefinitionError: If a tool maps to or from a state key the schema does not declare.
     """
 
     # Serialized (and registered with Pipelines) under its public path, whatever module it is defined in.
@@ -107,7 +137,7 @@ class Agent(ThreadMethods):
     def __init__(
         self,
         chat_generator: Any,
-        tools: list[Tool | Toolset] | Toolset | None = None,
+        tools: ToolsArg | None = None,
         system_prompt: str | None = None,
         exit_conditions: list[str] | None = None,
         state_schema: dict[str, Any] | None = None,
@@ -115,146 +145,218 @@ class Agent(ThreadMethods):
         streaming_callback: StreamingCallbackT | None = None,
         raise_on_tool_invocation_failure: bool = False,
         tool_concurrency_limit: int = 4,
-        hooks: dict[str, Hook | list[Hook]] | None = None,
+        hooks: dict[str, Any] | None = None,
         checkpointer: Checkpointer | None = None,
         interrupt_before: list[str] | None = None,
+        user_prompt: str | None = None,
+        required_variables: RequiredVariables = "*",
+        tool_streaming_callback_passthrough: bool = False,
     ) -> None:
         self.chat_generator = chat_generator
         self.tools = tools if tools is not None else []
         self.system_prompt = system_prompt
+        self.user_prompt = user_prompt
+        self.required_variables = required_variables
         self.exit_conditions = list(exit_conditions) if exit_conditions is not None else ["text"]
         self.state_schema = dict(state_schema or {})
         self.max_agent_steps = max_agent_steps
         self.streaming_callback = streaming_callback
         self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
         self.tool_concurrency_limit = tool_concurrency_limit
+        self.tool_streaming_callback_passthrough = tool_streaming_callback_passthrough
         self.hooks = normalize_hooks(hooks)
         self.checkpointer = checkpointer
         self.interrupt_before = list(interrupt_before or [])
 
-        self._specs = tool_specs(self.tools)
-        if self._specs and not accepts(chat_generator.run, "tools"):
-            raise TypeError(
-                f"{type(chat_generator).__name__}.run does not accept a 'tools' parameter, so it cannot be given "
-                f"tools ({', '.join(self._specs)}). Use a chat generator with tool support."
-            )
-        self._specs_fields = build_schema(self.state_schema)
-        clashes = sorted(set(self._specs_fields) & (RESERVED_OUTPUTS | RESERVED_INPUTS))
-        if clashes:
-            raise ValueError(
-                f"state_schema keys {clashes} clash with Agent outputs or run parameters; rename them. "
-                f"Reserved: {', '.join(sorted(RESERVED_OUTPUTS | RESERVED_INPUTS))}."
-            )
-        mapping_problems = [
-            (
-                spec.name,
-                f"Tool '{spec.name}': {field} names state key '{key}', which state_schema does not declare "
-                f"(keys: {', '.join(self._specs_fields)}).",
-            )
-            for spec in self._specs.values()
-            for field, keys in (
-                ("inputs_from_state", spec.inputs_from_state),
-                ("outputs_to_state", spec.outputs_to_state),
-            )
-            for key in keys
-            if key not in self._specs_fields
-        ]
-        if mapping_problems:
-            raise ToolDefinitionError(mapping_problems[0][0], [problem for _, problem in mapping_problems])
-        unknown = [c for c in self.exit_conditions if c != "text" and c not in self._specs]
-        if unknown:
-            raise ValueError(
-                f"exit_conditions {unknown} name no tool of this agent. Use 'text' or one of: "
-                f"{', '.join(self._specs) or 'no tools'}."
-            )
-        unknown = [name for name in self.interrupt_before if name not in self._specs]
-        if unknown:
-            raise ValueError(
-                f"interrupt_before {unknown} name no tool of this agent. Tools: {', '.join(self._specs) or 'none'}."
-            )
-        if self.interrupt_before and checkpointer is None:
-            raise ValueError("interrupt_before needs a checkpointer: an interrupted run is resumed from its thread.")
         if max_agent_steps < 1 or tool_concurrency_limit < 1:
             raise ValueError("max_agent_steps and tool_concurrency_limit must be at least 1.")
+        self._generator_takes_tools = accepts(chat_generator.run, "tools")
+        self._specs_fields = build_schema(self.state_schema)
+        reserved = RESERVED_OUTPUTS | RESERVED_INPUTS | set(RUN_KEYS)
+        clashes = sorted(set(self._specs_fields) & reserved)
+        if clashes:
+            raise ValueError(
+                f"state_schema keys {clashes} clash with Agent outputs, run parameters or run values; rename them. "
+                f"Reserved: {', '.join(sorted(reserved))}."
+            )
+        self._prompts = PromptTemplates(system_prompt, user_prompt, required_variables)
+        for name, sources in self._prompts.variables.items():
+            where = " and ".join(sources)
+            if name in self._specs_fields:
+                raise ValueError(
+                    f"Variable '{name}' of {where} is also a state key; rename the variable or the key, since "
+                    "run() could not tell which one a value is for."
+                )
+            if name in reserved or name == "messages":
+                raise ValueError(f"Variable '{name}' of {where} clashes with a run parameter or output; rename it.")
+        if isinstance(required_variables, list) and not self._prompts.variables:
+            logger.warning(
+                "required_variables is given but neither user_prompt nor system_prompt has template variables: "
+                "it has no effect."
+            )
+        if _given(tools) and not self._generator_takes_tools:
+            names = [tool.name for tool in flatten_tools_or_toolsets(tools)]
+            raise TypeError(
+                f"{type(chat_generator).__name__}.run does not accept a 'tools' parameter, so it cannot be given "
+                f"tools ({', '.join(names) or 'a toolset'}). Use a chat generator with tool support."
+            )
+        self._toolbox = Toolbox(self.tools, self._specs_fields)
+        known = self._toolbox.known()  # checks the known tools' state mappings
+        # Tools of a toolset that loads them in warm_up() are known only then: names they may provide are checked
+        # after warm-up.
+        self._names_checked = False
+        if not self._toolbox.has_toolsets:
+            self._check_tool_names(known.specs)
+        if self.interrupt_before and checkpointer is None:
+            raise ValueError("interrupt_before needs a checkpointer: an interrupted run is resumed from its thread.")
 
         for key, spec in self._specs_fields.items():
             if key != "messages":
                 component.set_input_type(self, name=key, type=spec.type, default=None)
+        for name in self._prompts.variables:
+            if name in self._prompts.required:
+                component.set_input_type(self, name=name, type=Any)
+            else:
+                component.set_input_type(self, name=name, type=Any, default=None)
         outputs: dict[str, Any] = {key: spec.type for key, spec in self._specs_fields.items()}
         outputs.update(
             last_message=ChatMessage,
             step_count=int,
             exit_reason=str,
             token_usage=dict[str, Any],
+            tool_call_counts=dict[str, int],
+            context_tokens=int,
             pending_tool_calls=list[ToolCall],
             checkpoint_id=str | None,
         )
         component.set_output_types(self, **outputs)
         self._loop_config = LoopConfig(
             schema=self._specs_fields,
-            tools=list(self._specs.values()),
-            system_prompt=self.system_prompt,
+            toolbox=self._toolbox,
             exit_conditions=self.exit_conditions,
             max_agent_steps=self.max_agent_steps,
-            streaming_callback=None,
-            generator_streams=accepts(chat_generator.run, "streaming_callback"),
             hooks=self.hooks,
-            model_tools=model_tools(self._specs.values()),
+            generator_streams=accepts(chat_generator.run, "streaming_callback"),
             interrupt_before=frozenset(self.interrupt_before),
         )
         self._is_warmed_up = False
 
+    def _check_tool_names(self, specs: dict[str, Any]) -> None:
+        check_names("exit_conditions", self.exit_conditions, specs, allowed=("text",))
+        check_names("interrupt_before", self.interrupt_before, specs)
+        self._names_checked = True
+
     def _effects(self) -> Effects:
         return Effects(
             chat_generator=self.chat_generator,
-            specs=self._specs,
             raise_on_failure=self.raise_on_tool_invocation_failure,
             max_workers=self.tool_concurrency_limit,
+            passthrough=self.tool_streaming_callback_passthrough,
         )
 
-    def _config(self, streaming_callback: StreamingCallbackT | None) -> LoopConfig:
-        if streaming_callback is None:
-            return self._loop_config
-        return dataclasses.replace(self._loop_config, streaming_callback=streaming_callback)
+    # --- lifecycle ---------------------------------------------------------------------------------------------
 
     def warm_up(self) -> None:
-        """Warm up the tools and the chat generator (load models, open clients). ``run`` does it on first use."""
+        """
+        Warm up the tools (a lazy toolset loads its tools now), the hooks and the chat generator. ``run`` does it on
+        first use.
+
+        :raises ValueError: If ``exit_conditions`` or ``interrupt_before`` name a tool that no tool provides.
+        """
         if self._is_warmed_up:
             return
         warm_up_tools(self.tools)
+        warm_up_hooks(self.hooks)
         if hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
-        self._is_warmed_up = True
+        self._after_warm_up()
 
     async def warm_up_async(self) -> None:
-        """Warm up the tools and the chat generator, awaiting their ``warm_up_async`` if they have one."""
+        """Warm up the tools, hooks and chat generator, awaiting their ``warm_up_async`` where they have one."""
         if self._is_warmed_up:
             return
         await warm_up_tools_async(self.tools)
+        await warm_up_hooks_async(self.hooks)
         if hasattr(self.chat_generator, "warm_up_async"):
             await self.chat_generator.warm_up_async()
         elif hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
+        self._after_warm_up()
+
+    def _after_warm_up(self) -> None:
+        if not self._names_checked:
+            self._check_tool_names(self._toolbox.known().specs)
         self._is_warmed_up = True
 
     def close(self) -> None:
-        """Release what the chat generator and the tools hold (HTTP clients, models). A later run warms up again."""
-        for item in [self.chat_generator, *self._specs_tools()]:
-            if hasattr(item, "close"):
-                item.close()
+        """Release what the tools, hooks and chat generator hold (clients, models). A later run warms up again."""
+        close_tools(self.tools)
+        close_hooks(self.hooks)
+        if hasattr(self.chat_generator, "close"):
+            self.chat_generator.close()
         self._is_warmed_up = False
 
     async def close_async(self) -> None:
-        """Release what the chat generator and the tools hold, awaiting their async ``close_async`` if they have one."""
-        for item in [self.chat_generator, *self._specs_tools()]:
-            if hasattr(item, "close_async"):
-                await item.close_async()
-            elif hasattr(item, "close"):
-                item.close()
+        """Release what the tools, hooks and chat generator hold, awaiting their ``close_async`` where they have one."""
+        await close_tools_async(self.tools)
+        await close_hooks_async(self.hooks)
+        if hasattr(self.chat_generator, "close_async"):
+            await self.chat_generator.close_async()
+        elif hasattr(self.chat_generator, "close"):
+            self.chat_generator.close()
         self._is_warmed_up = False
 
-    def _specs_tools(self) -> list[Tool]:
-        return [spec.tool for spec in self._specs.values()]
+    def clone(self, **overrides: Any) -> Agent:
+        """
+        A new Agent configured like this one, with the given ``__init__`` parameters replaced.
+
+        :param overrides: Parameters to replace, e.g. ``agent.clone(system_prompt="...")``.
+        :returns: The new Agent.
+        """
+        names = [name for name in inspect.signature(type(self).__init__).parameters if name != "self"]
+        params = {name: getattr(self, name) for name in names}
+        return type(self)(**{**params, **overrides})
+
+    # --- running -----------------------------------------------------------------------------------------------
+
+    def _request(
+        self,
+        messages: list[ChatMessage],
+        kwargs: dict[str, Any],
+        *,
+        callback: StreamingCallbackT | None,
+        tools: ToolsArg | list[str] | None,
+        generation_kwargs: dict[str, Any] | None,
+        hook_context: dict[str, Any] | None,
+        decisions: dict[str, Any] | None = None,
+    ) -> RunRequest:
+        """Everything a run needs before it opens its thread: prompts rendered, tools selected, inputs split."""
+        variables = self._prompts.variables
+        prompt_values = {name: value for name, value in kwargs.items() if name in variables}
+        inputs = {key: value for key, value in kwargs.items() if key not in variables}
+        system, user = self._prompts.render(prompt_values)
+        run_tools = self._toolbox.for_run(tools)
+        if tools is not None and not self._generator_takes_tools and self._toolbox.resolve(run_tools).specs:
+            raise TypeError(f"{type(self.chat_generator).__name__}.run does not accept a 'tools' parameter.")
+        return RunRequest(
+            messages=list(messages or []),
+            inputs=inputs,
+            tools=run_tools,
+            system_message=system,
+            user_message=user,
+            streaming_callback=callback,
+            generation_kwargs=generation_kwargs,
+            hook_context=hook_context,
+            decisions=decisions,
+            traced_inputs={"messages": messages, "streaming_callback": callback, **kwargs},
+        )
+
+    @staticmethod
+    def _runtime_tools(tools: ToolsArg | list[str] | None) -> list[Tool | Toolset]:
+        """The tool objects given to a run (not names), which the run warms up."""
+        if isinstance(tools, Toolset):
+            return [tools]
+        return [tool for tool in tools or [] if not isinstance(tool, str)]
 
     def run(
         self,
@@ -262,29 +364,44 @@ class Agent(ThreadMethods):
         streaming_callback: StreamingCallbackT | None = None,
         thread_id: str | None = None,
         checkpoint_id: str | None = None,
-        **state_inputs: Any,
+        *,
+        generation_kwargs: dict[str, Any] | None = None,
+        tools: ToolsArg | list[str] | None = None,
+        hook_context: dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> dict[str, Any]:
         """
-        Run the agent until the model answers in text, an exit-condition tool succeeds, or the step limit is hit.
+        Run the agent until the model answers in text, an exit-condition tool succeeds, a hook stops it, or the step
+        limit is hit.
 
-        :param messages: The conversation so far (typically one user message).
+        :param messages: The conversation so far (typically one user message; may be empty with a ``user_prompt``).
         :param streaming_callback: Overrides the callback given at construction for this run.
         :param thread_id: Run on this durable thread (needs a ``checkpointer``): load its state, reset its
             run-scoped keys, append ``messages``, and commit a checkpoint after every model reply and every step's
             tool results. With no new messages on a run that stopped early (a crash, an error), continue that run:
-            run the tool calls it left pending, keep its run-scoped keys and its step count.
+            run the tool calls it left pending, keep its run-scoped keys, its step count and its token usage.
         :param checkpoint_id: With ``thread_id``, start from this earlier checkpoint: the run forks a new branch
             and leaves the old one as it was.
-        :param state_inputs: Initial values for state keys, written through their handlers.
+        :param generation_kwargs: Settings for the chat generator for this run, merged per key with the ones it was
+            built with (the chat generator merges them).
+        :param tools: The tools for this run: a list of names of the agent's tools, or tools and toolsets of its own
+            (warmed up here; the caller closes them).
+        :param hook_context: Per-run resources for hooks (a WebSocket, a queue, ...), read by them as
+            ``state.data["hook_context"]``. Never stored, never copied.
+        :param kwargs: Initial values for state keys (written through their handlers), and the prompts' variables.
         :returns: ``messages``, ``last_message``, every state key, ``step_count`` (the run's model calls; on a
-            continued run, those before it stopped included), ``exit_reason`` ("text", the name of the exit tool,
-            "max_agent_steps" or "interrupted"), ``token_usage`` (summed from this call's replies' ``usage`` meta),
-            ``pending_tool_calls`` (the calls waiting for ``resume`` after an interrupt) and ``checkpoint_id`` (the
-            thread's head after the run, or None without a thread).
-        :raises AgentRunError: If the chat generator raises; the error carries the partial State.
-        :raises ToolInvocationError: With ``raise_on_tool_invocation_failure``, when a tool call fails.
-        :raises ValueError: For a thread interrupted before a tool (use ``resume``), or new messages while tool
-            calls of the thread are pending.
+            continued run, those before it stopped included), ``exit_reason`` ("text", "length" or
+            "content_filter" for an incomplete reply, the name of the exit tool, "max_agent_steps", "interrupted",
+            or the value a hook set as ``stop_run``), ``token_usage`` (summed from the replies' ``usage`` meta),
+            ``tool_call_counts`` (calls per tool), ``context_tokens`` (the last call's input plus output tokens, as
+            its usage reports them), ``pending_tool_calls`` (the calls waiting for ``resume`` after an interrupt)
+            and ``checkpoint_id`` (the thread's head after the run, or None without a thread).
+        :raises AgentRunError: If the chat generator or a hook raises; the error carries the partial State.
+        :raises ToolInvocationError: With ``raise_on_tool_invocation_failure``, when a tool call fails (an instance
+            of haystack's ``ToolInvocationError`` too).
+        :raises ValueError: For a missing required prompt variable (nothing is sent or stored), unknown inputs, a
+            thread interrupted before a tool (use ``resume``), or new messages while tool calls of the thread are
+            pending.
         :raises ThreadConflictError: If another run committed to the thread meanwhile (the failed commit wrote
             nothing).
         :raises CodecError: If a state value cannot be stored (the message names the key; nothing was written).
@@ -292,9 +409,17 @@ class Agent(ThreadMethods):
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         self.warm_up()
+        warm_up_tools(self._runtime_tools(tools))
+        request = self._request(
+            messages,
+            kwargs,
+            callback=callback,
+            tools=tools,
+            generation_kwargs=generation_kwargs,
+            hook_context=hook_context,
+        )
         session = self._session(thread_id, checkpoint_id)
-        flow = agent_loop(self._config(callback), messages, state_inputs, session)
-        return drive(flow, self._effects())
+        return drive(agent_loop(self._loop_config, request, session), self._effects())
 
     async def run_async(
         self,
@@ -302,24 +427,40 @@ class Agent(ThreadMethods):
         streaming_callback: StreamingCallbackT | None = None,
         thread_id: str | None = None,
         checkpoint_id: str | None = None,
-        **state_inputs: Any,
+        *,
+        generation_kwargs: dict[str, Any] | None = None,
+        tools: ToolsArg | list[str] | None = None,
+        hook_context: dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> dict[str, Any]:
         """
         Run the agent asynchronously. Same parameters and outputs as :meth:`run`; the chat generator's
-        ``run_async`` is used when it has one, async tools and hooks are awaited.
+        ``run_async`` is used when it has one, async tools and hooks are awaited (a hook's ``run_async`` when it has
+        one, its ``run`` in a worker thread otherwise).
 
         :param messages: The conversation so far.
         :param streaming_callback: Overrides the callback given at construction for this run (sync or async).
         :param thread_id: Run on this durable thread (see :meth:`run`).
         :param checkpoint_id: With ``thread_id``, fork from this earlier checkpoint.
-        :param state_inputs: Initial values for state keys.
+        :param generation_kwargs: Settings for the chat generator for this run.
+        :param tools: The tools for this run (see :meth:`run`).
+        :param hook_context: Per-run resources for hooks.
+        :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: The same outputs as :meth:`run`.
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         await self.warm_up_async()
+        await warm_up_tools_async(self._runtime_tools(tools))
+        request = self._request(
+            messages,
+            kwargs,
+            callback=callback,
+            tools=tools,
+            generation_kwargs=generation_kwargs,
+            hook_context=hook_context,
+        )
         session = self._session(thread_id, checkpoint_id)
-        flow = agent_loop(self._config(callback), messages, state_inputs, session)
-        return await drive_async(flow, self._effects())
+        return await drive_async(agent_loop(self._loop_config, request, session), self._effects())
 
     # --- durable threads ---------------------------------------------------------------------------------------
 
@@ -328,6 +469,9 @@ class Agent(ThreadMethods):
         thread_id: str,
         decisions: dict[str, Any],
         streaming_callback: StreamingCallbackT | None = None,
+        *,
+        generation_kwargs: dict[str, Any] | None = None,
+        hook_context: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """
         Continue a run that stopped at an ``interrupt_before`` tool, possibly in another process, days later.
@@ -336,6 +480,8 @@ class Agent(ThreadMethods):
         :param decisions: For each pending call id: ``"approve"`` (run it), ``"reject"`` (the model is told a human
             rejected it) or ``{"arguments": {...}}`` (run it with these arguments instead).
         :param streaming_callback: Overrides the callback given at construction.
+        :param generation_kwargs: Settings for the chat generator for the rest of the run.
+        :param hook_context: Per-run resources for hooks.
         :returns: The same outputs as :meth:`run`.
         :raises ThreadNotFoundError: If the thread has no checkpoint.
         :raises ValueError: If the thread is not interrupted, or a pending call has no (valid) decision; nothing
@@ -343,45 +489,66 @@ class Agent(ThreadMethods):
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         self.warm_up()
-        flow = agent_loop(self._config(callback), [], {}, self._existing(thread_id), decisions)
-        return drive(flow, self._effects())
+        request = self._request(
+            [],
+            {},
+            callback=callback,
+            tools=None,
+            generation_kwargs=generation_kwargs,
+            hook_context=hook_context,
+            decisions=decisions,
+        )
+        return drive(agent_loop(self._loop_config, request, self._existing(thread_id)), self._effects())
 
     async def resume_async(
         self,
         thread_id: str,
         decisions: dict[str, Any],
         streaming_callback: StreamingCallbackT | None = None,
+        *,
+        generation_kwargs: dict[str, Any] | None = None,
+        hook_context: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Continue an interrupted run asynchronously. Same parameters and outputs as :meth:`resume`."""
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         await self.warm_up_async()
-        flow = agent_loop(self._config(callback), [], {}, self._existing(thread_id), decisions)
-        return await drive_async(flow, self._effects())
+        request = self._request(
+            [],
+            {},
+            callback=callback,
+            tools=None,
+            generation_kwargs=generation_kwargs,
+            hook_context=hook_context,
+            decisions=decisions,
+        )
+        return await drive_async(agent_loop(self._loop_config, request, self._existing(thread_id)), self._effects())
 
     # --- serialisation ---------------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialise the agent: its chat generator, tools, schema, hooks and settings."""
-        hooks = {point: [serialize_callable(h) for h in hooks] for point, hooks in self.hooks.items() if hooks}
+        """Serialise the agent: its chat generator, tools, schema, prompts, hooks, checkpointer and settings."""
         return default_to_dict(
             self,
             chat_generator=component_to_dict(obj=self.chat_generator, name="chat_generator"),
             tools=serialize_tools_or_toolset(self.tools),
             system_prompt=self.system_prompt,
+            user_prompt=self.user_prompt,
+            required_variables=self.required_variables,
             exit_conditions=self.exit_conditions,
             state_schema=schema_to_dict(build_schema(self.state_schema)) if self.state_schema else None,
             max_agent_steps=self.max_agent_steps,
             streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
             raise_on_tool_invocation_failure=self.raise_on_tool_invocation_failure,
             tool_concurrency_limit=self.tool_concurrency_limit,
-            hooks=hooks or None,
+            tool_streaming_callback_passthrough=self.tool_streaming_callback_passthrough,
+            hooks=serialize_hooks(self.hooks),
             checkpointer=self.checkpointer.to_dict() if self.checkpointer is not None else None,
             interrupt_before=self.interrupt_before or None,
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Agent:
-        """Rebuild an agent from :meth:`to_dict` output (which is left as it is)."""
+        """Rebuild an agent from :meth:`to_dict` output, or from haystack-ai's Agent's (``data`` is left as it is)."""
         data = copy.deepcopy(data)  # the deserialisers below work in place, haystack's Tool.from_dict too
         params = data.setdefault("init_parameters", {})
         deserialize_component_inplace(params, key="chat_generator")
@@ -393,7 +560,5 @@ class Agent(ThreadMethods):
         if params.get("checkpointer"):
             params["checkpointer"] = checkpointer_from_dict(params["checkpointer"])
         if params.get("hooks"):
-            params["hooks"] = {
-                point: [deserialize_callable(h) for h in hooks] for point, hooks in params["hooks"].items()
-            }
+            params["hooks"] = deserialize_hooks(params["hooks"])
         return default_from_dict(cls, data)

@@ -6,31 +6,16 @@ tool calls and the hooks, synchronously (:func:`drive`) or awaiting them (:func:
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import inspect
-from collections.abc import Awaitable, Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Generator
 from typing import Any
 
-from haystack_state.agent.loop import CallModel, Effect, RunTools
+from haystack_state.agent.hooks import call_hook, call_hook_async
+from haystack_state.agent.loop import CallModel, Commit, Effect, RunTools
 from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
-from haystack_state.tools.spec import ToolSpec
 
-__all__ = [
-    "Effects",
-    "Finished",
-    "accepts",
-    "call_hook_sync",
-    "drive",
-    "drive_async",
-    "execute",
-    "execute_async",
-    "next_effect",
-    "wait",
-]
-
-Hook = Callable[..., Any]
+__all__ = ["Effects", "Finished", "accepts", "drive", "drive_async", "execute", "execute_async", "next_effect"]
 
 
 def accepts(method: Callable[..., Any], name: str) -> bool:
@@ -48,55 +33,21 @@ def accepts(method: Callable[..., Any], name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def wait(awaitable: Awaitable[Any]) -> Any:
-    """
-    Run an awaitable (an async hook's) to completion from synchronous code.
-
-    :param awaitable: The awaitable.
-    :returns: Its result.
-    """
-
-    async def waiter() -> Any:
-        return await awaitable
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # no loop in this thread: run it on a fresh one
-        return asyncio.run(waiter())
-    # An event loop runs in this thread (``run`` called from a notebook cell or a coroutine): it cannot be
-    # re-entered, so the awaitable runs on a loop of its own in a helper thread.
-    context = contextvars.copy_context()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="haystack-state-hook") as helper:
-        return helper.submit(context.run, asyncio.run, waiter()).result()
-
-
-def call_hook_sync(hook: Hook, state: Any) -> Any:
-    """
-    Call a hook with the state; an async hook is run to completion.
-
-    :param hook: The hook.
-    :param state: The live State.
-    :returns: What the hook returned.
-    """
-    returned = hook(state)
-    return wait(returned) if inspect.isawaitable(returned) else returned
-
-
 @dataclasses.dataclass(frozen=True)
 class Effects:
     """
     What executing the loop's effects needs from the Agent.
 
     :param chat_generator: The chat generator.
-    :param specs: The tools' specs by name.
     :param raise_on_failure: Raise on a failed tool call instead of reporting it to the model.
     :param max_workers: How many tool calls may run at once.
+    :param passthrough: Pass the streaming callback to tools that take a ``streaming_callback`` parameter.
     """
 
     chat_generator: Any
-    specs: dict[str, ToolSpec]
     raise_on_failure: bool
     max_workers: int
+    passthrough: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,12 +88,17 @@ def execute(effect: Effect, effects: Effects) -> Any:
         return run_tool_calls(
             effect.messages,
             effect.state,
-            effects.specs,
+            effect.specs,
             raise_on_failure=effects.raise_on_failure,
             max_workers=effects.max_workers,
+            passthrough=effects.passthrough,
             streaming_callback=effect.streaming_callback,  # type: ignore[arg-type]  # sync-selected
         )
-    return [call_hook_sync(hook, effect.state) for hook in effect.hooks]
+    if isinstance(effect, Commit):
+        return effect.session.commit(
+            effect.state, effect.source, tool_names=effect.tool_names, metadata=effect.metadata, step=effect.step
+        )
+    return [call_hook(hook, effect.point, effect.state) for hook in effect.hooks]
 
 
 async def execute_async(effect: Effect, effects: Effects) -> Any:
@@ -163,16 +119,17 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
         return await run_tool_calls_async(
             effect.messages,
             effect.state,
-            effects.specs,
+            effect.specs,
             raise_on_failure=effects.raise_on_failure,
             max_workers=effects.max_workers,
+            passthrough=effects.passthrough,
             streaming_callback=effect.streaming_callback,
         )
-    results = []
-    for hook in effect.hooks:
-        returned = hook(effect.state)
-        results.append(await returned if inspect.isawaitable(returned) else returned)
-    return results
+    if isinstance(effect, Commit):
+        return effect.session.commit(
+            effect.state, effect.source, tool_names=effect.tool_names, metadata=effect.metadata, step=effect.step
+        )
+    return [await call_hook_async(hook, effect.point, effect.state) for hook in effect.hooks]
 
 
 def drive(flow: Generator[Effect, Any, dict[str, Any]], effects: Effects) -> dict[str, Any]:

@@ -1,25 +1,39 @@
 """
 The Agent's loop, written once as a generator of effects: it yields what it needs done (call the model, run the
-tools, run hooks) and receives the results. ``Agent.run`` executes the effects synchronously and
-``Agent.run_async`` awaits them, so the two cannot drift apart.
+tools, run hooks, commit a checkpoint) and receives the results. ``Agent.run`` executes the effects synchronously and
+``Agent.run_async`` awaits them (:mod:`haystack_state.agent.drive`), so the two cannot drift apart.
+
+A run follows haystack-ai 3.4's Agent step by step: ``before_run`` hooks; then each step runs ``before_llm`` hooks
+(a hook that sets ``stop_run`` ends the run there), calls the model, and either exits (a reply without tool calls,
+or a run without tools: exit reason ``text``, or ``length``/``content_filter`` from the reply's finish reason), or
+runs ``before_tool`` hooks, the tool calls of the conversation's last message, and ``after_tool`` hooks; a
+successful call of an exit-condition tool exits too. ``on_exit`` hooks may keep the run going (``continue_run``);
+``after_run`` hooks run last. An empty reply (no text, no tool calls) does not end a run that has tools: the model
+is asked again.
+
+With a durable thread, a checkpoint is committed after the inputs, after each model reply, after each step's tool
+results and, if hooks changed the state after that, at the end.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from haystack import logging
 from haystack.dataclasses import ChatMessage, ToolCall
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT
 from haystack.tools.tool import Tool
+from haystack.tools.toolset import Toolset
+from haystack.tracing.tracer import is_tracing_enabled, tracer
 
+from haystack_state.agent.run_state import RunState
 from haystack_state.agent.session import ThreadSession, in_call_order, plan_continuation, reset_run_scope
+from haystack_state.agent.toolbox import Toolbox
 from haystack_state.errors import AgentRunError, ThreadConflictError, ToolInvocationError
-from haystack_state.handlers import merge_lists
 from haystack_state.persistence.delta import Source
-from haystack_state.schema import FieldSpec
+from haystack_state.schema import FieldSpec, schema_to_dict
 from haystack_state.state import State
 from haystack_state.tools.spec import ToolSpec
 
@@ -27,53 +41,53 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_MAX_STEPS",
     "EXIT_TEXT",
-    "HOOK_POINTS",
     "RESERVED_INPUTS",
     "RESERVED_OUTPUTS",
     "CallModel",
+    "Commit",
     "Effect",
     "LoopConfig",
     "RunHooks",
+    "RunRequest",
     "RunTools",
     "add_usage",
     "agent_loop",
-    "model_tools",
-    "normalize_hooks",
 ]
 
 logger = logging.getLogger(__name__)
 
-HOOK_POINTS = ("before_run", "before_llm", "after_tool", "after_run", "on_exit")
+#: Outputs of every run, besides the state keys.
 RESERVED_OUTPUTS = frozenset(
-    {"last_message", "step_count", "exit_reason", "token_usage", "pending_tool_calls", "checkpoint_id"}
+    {
+        "last_message",
+        "step_count",
+        "exit_reason",
+        "token_usage",
+        "tool_call_counts",
+        "context_tokens",
+        "pending_tool_calls",
+        "checkpoint_id",
+    }
 )
-#: ``run`` parameters other than ``messages`` (which is the state key itself): no state key may take their name.
-RESERVED_INPUTS = frozenset({"streaming_callback", "thread_id", "checkpoint_id"})
+#: ``run`` parameters other than ``messages`` (which is the state key itself), and the run values hooks see besides
+#: the state keys (``stop_run``, ``continue_run``, ``tools``): no state key or prompt variable may take their names.
+RESERVED_INPUTS = frozenset(
+    {
+        "streaming_callback",
+        "thread_id",
+        "checkpoint_id",
+        "generation_kwargs",
+        "tools",
+        "hook_context",
+        "stop_run",
+        "continue_run",
+    }
+)
 EXIT_TEXT = "text"
 EXIT_MAX_STEPS = "max_agent_steps"
 EXIT_INTERRUPTED = "interrupted"
-
-Hook = Callable[..., Any]
-
-
-def normalize_hooks(hooks: Mapping[str, Hook | list[Hook]] | None) -> dict[str, list[Hook]]:
-    """
-    Check and normalise the hooks argument to ``{point: [callables]}``.
-
-    :param hooks: ``{point: callable or list of callables}``.
-    :returns: The hooks by point.
-    :raises ValueError: For an unknown hook point or a hook that is not callable.
-    """
-    result: dict[str, list[Hook]] = {}
-    for point, given in (hooks or {}).items():
-        if point not in HOOK_POINTS:
-            raise ValueError(f"Unknown hook point '{point}'. Hook points: {', '.join(HOOK_POINTS)}.")
-        callables = list(given) if isinstance(given, list | tuple) else [given]
-        for hook in callables:
-            if not callable(hook):
-                raise ValueError(f"Hook at '{point}' must be callable, got {hook!r}.")
-        result[point] = callables
-    return result
+#: Finish reasons that end a run on a reply without tool calls, as its exit reason (an incomplete reply).
+EXIT_FINISH_REASONS = frozenset({"length", "content_filter"})
 
 
 def add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
@@ -97,30 +111,28 @@ def add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]
     return result
 
 
-def model_tools(specs: Iterable[ToolSpec]) -> list[Tool]:
-    """
-    The tools as the model sees them: each tool's schema without its hidden parameters.
+def _first_number(usage: Mapping[str, Any], keys: Sequence[str]) -> int:
+    for key in keys:
+        value = usage.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return int(value)
+    return 0
 
-    A tool whose ``parameters`` already leave them out (this package's tools, haystack-ai's ``@tool`` and
-    ``ComponentTool``) is passed as it is; a hand-built ``Tool`` whose schema lists a parameter filled from state
-    (or the State itself) is replaced, for the model only, by a plain ``Tool`` with the reduced schema.
 
-    :param specs: The tools' specs.
-    :returns: One haystack ``Tool`` per spec, in order.
+def context_tokens(usage: Mapping[str, Any]) -> int:
     """
-    result = []
-    for spec in specs:
-        tool = spec.tool
-        if spec.parameters != tool.parameters:
-            tool = Tool(
-                name=spec.name,
-                description=spec.description,
-                parameters=spec.parameters,
-                function=tool.function,
-                async_function=tool.async_function,
-            )
-        result.append(tool)
-    return result
+    The size of the context window a call used, from its reply's usage: input plus output tokens (OpenAI's
+    ``prompt_tokens``/``completion_tokens``, or ``input_tokens``/``output_tokens``), as haystack-ai counts it.
+
+    :param usage: One reply's usage.
+    :returns: The token count (0 if the usage reports neither).
+    """
+    return _first_number(usage, ("prompt_tokens", "input_tokens")) + _first_number(
+        usage, ("completion_tokens", "output_tokens")
+    )
+
+
+# --- effects ---------------------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,19 +148,35 @@ class RunTools:
 
     messages: list[ChatMessage]
     state: State
+    specs: dict[str, ToolSpec]
     streaming_callback: StreamingCallbackT | None
 
 
 @dataclasses.dataclass(frozen=True)
 class RunHooks:
-    """Effect: call each hook with the state; send back their return values."""
+    """Effect: run each hook with the state; send back their return values."""
 
     point: str
-    hooks: list[Hook]
+    hooks: list[Any]
     state: State
 
 
-Effect = CallModel | RunTools | RunHooks
+@dataclasses.dataclass(frozen=True)
+class Commit:
+    """Effect: commit what the state changed as a checkpoint of the thread; send back the checkpoint's record."""
+
+    session: ThreadSession
+    state: State
+    source: Source
+    tool_names: tuple[str, ...]
+    metadata: dict[str, Any]
+    step: int
+
+
+Effect = CallModel | RunTools | RunHooks | Commit
+
+
+# --- configuration -----------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,254 +185,459 @@ class LoopConfig:
     What the loop needs from the Agent.
 
     :param schema: The state schema, ``messages`` included.
-    :param tools: The tools' specs (what runs them).
-    :param model_tools: The tools as given to the model (see :func:`model_tools`); derived from ``tools`` if None.
+    :param toolbox: The agent's tools.
+    :param exit_conditions: ``"text"`` and/or tool names.
+    :param max_agent_steps: The most model calls a run makes.
+    :param hooks: The hooks by point.
+    :param generator_streams: Whether the chat generator takes a ``streaming_callback``.
+    :param interrupt_before: Tools before which a run on a thread stops.
     """
 
     schema: dict[str, FieldSpec]
-    tools: list[ToolSpec]
-    system_prompt: str | None
+    toolbox: Toolbox
     exit_conditions: list[str]
     max_agent_steps: int
-    streaming_callback: StreamingCallbackT | None
+    hooks: dict[str, list[Any]]
     generator_streams: bool
-    hooks: dict[str, list[Hook]]
-    model_tools: list[Tool] | None = None
     interrupt_before: frozenset[str] = frozenset()
 
 
-def _prepare_state(
-    config: LoopConfig,
-    messages: list[ChatMessage],
-    inputs: Mapping[str, Any],
-    session: ThreadSession | None,
-    continuing: bool,
-) -> State:
+@dataclasses.dataclass
+class RunRequest:
     """
-    The run's State: fresh, or the thread's with the run-scoped keys reset (unless the run continues an unfinished
-    one); then the inputs and messages.
+    What one call of ``run`` (or ``resume``) asks for.
+
+    :param messages: The run's input messages.
+    :param inputs: Initial values for state keys.
+    :param system_message: The rendered system prompt, if any (put first on a new conversation).
+    :param user_message: The rendered user prompt, if any (appended to the messages).
+    :param tools: The run's tools and toolsets (see :meth:`Toolbox.for_run`).
+    :param streaming_callback: The streaming callback, selected for the driver.
+    :param generation_kwargs: Per-run generation settings for the chat generator.
+    :param hook_context: The caller's per-run resources for hooks (never stored).
+    :param decisions: ``Agent.resume``'s decisions on interrupted tool calls, by call id.
+    :param traced_inputs: What the run span records as its input.
     """
-    if session is None:
-        state = State({key: spec.as_entry() for key, spec in config.schema.items()})
-    else:
-        state = session.load_state()
-        if not session.is_new and not continuing:
-            reset_run_scope(state)
-    state.update({key: value for key, value in inputs.items() if value is not None})
-    conversation = list(messages)
-    is_new = session is None or session.is_new
-    if is_new and config.system_prompt and not (conversation and conversation[0].is_from("system")):
-        conversation.insert(0, ChatMessage.from_system(config.system_prompt))
-    if conversation:
-        state.set("messages", conversation)
-    return state
+
+    messages: list[ChatMessage]
+    inputs: Mapping[str, Any]
+    tools: list[Tool | Toolset]
+    system_message: ChatMessage | None = None
+    user_message: ChatMessage | None = None
+    streaming_callback: StreamingCallbackT | None = None
+    generation_kwargs: dict[str, Any] | None = None
+    hook_context: dict[str, Any] | None = None
+    decisions: Mapping[str, Any] | None = None
+    traced_inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def _exit_tool(config: LoopConfig, replies: list[ChatMessage], tool_messages: list[ChatMessage]) -> str | None:
-    failed = {
-        m.tool_call_result.origin.tool_name for m in tool_messages if m.tool_call_result and m.tool_call_result.error
-    }
-    for reply in replies:
-        for call in reply.tool_calls:
-            if call.tool_name in config.exit_conditions and call.tool_name not in failed:
-                return call.tool_name
-    return None
+class _Stopped(Exception):
+    """
+    The run failed: ``error`` is what the caller gets, raised after the thread records that the run stopped (unless
+    ``record`` is false: a failed tool's calls stay pending, for a run without messages to finish them).
+    """
+
+    def __init__(self, error: Exception, *, record: bool = True) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.record = record
 
 
-def _tools_may_write_messages(tools: Iterable[ToolSpec]) -> bool:
-    """Whether a tool call can write the ``messages`` key: through the injected State, or an output mapping."""
-    return any(spec.state_params or "messages" in spec.outputs_to_state for spec in tools)
+# --- the loop --------------------------------------------------------------------------------------------------------
 
 
 def agent_loop(
-    config: LoopConfig,
-    messages: list[ChatMessage],
-    inputs: Mapping[str, Any],
-    session: ThreadSession | None = None,
-    decisions: Mapping[str, Any] | None = None,
+    config: LoopConfig, request: RunRequest, session: ThreadSession | None = None
 ) -> Generator[Effect, Any, dict[str, Any]]:
     """
     The agent loop as a generator of effects (see the module docstring).
 
     Every failure raised while the run is under way carries the State as it was: a ``ToolInvocationError`` (with
     ``raise_on_tool_invocation_failure``) gets it as ``state``; anything else (the chat generator, a hook) is raised
-    as an ``AgentRunError`` chained to the cause.
+    as an ``AgentRunError`` chained to the cause. On a thread, the run records that it stopped before raising.
 
-    With a thread ``session``, the state is loaded from the thread and a checkpoint is committed after the inputs,
-    after each model reply, after each step's tool results and, if hooks changed the state after that, at the end
-    (``"update"``). Run without new messages on an unfinished run (a crash, an error or an interrupt came first, see
-    :mod:`haystack_state.agent.session`), it continues that run: the run-scoped keys and the step count are kept,
-    ``before_run`` hooks are not run again, and the tool calls whose results were never committed run first
-    (``decisions``, from ``Agent.resume``, approve, reject or edit them).
+    Run without new messages on an unfinished run (a crash, an error or an interrupt came first, see
+    :mod:`haystack_state.agent.session`), it continues that run: the run-scoped keys, the step count and the token
+    usage are kept, ``before_run`` hooks are not run again, and the tool calls whose results were never committed run
+    first (``request.decisions``, from ``Agent.resume``, approve, reject or edit them).
 
     :param config: The agent's settings.
-    :param messages: The run's input messages.
-    :param inputs: Initial values for state keys.
+    :param request: The run's inputs.
     :param session: The thread to load and commit to, if any.
-    :param decisions: Decisions on interrupted tool calls, by call id.
     :returns: The run's outputs (as the generator's return value).
     """
-    unknown = sorted(set(inputs) - set(config.schema))
-    if unknown:
-        raise ValueError(f"Agent.run got unknown inputs {unknown}; the state keys are: {', '.join(config.schema)}.")
-    if config.interrupt_before and session is None:
-        raise ValueError(
-            f"This agent stops before {', '.join(sorted(config.interrupt_before))} for a human's approval, which needs "
-            "a durable thread to resume from: run it with thread_id=..."
+    run = AgentRun(config, request, session)
+    return (yield from run.execute())
+
+
+class AgentRun:
+    """One run of the loop: its state, counters and steps. Built before anything is committed; raises if invalid."""
+
+    def __init__(self, config: LoopConfig, request: RunRequest, session: ThreadSession | None) -> None:
+        unknown = sorted(set(request.inputs) - set(config.schema))
+        if unknown:
+            raise ValueError(f"Agent.run got unknown inputs {unknown}; the state keys are: {', '.join(config.schema)}.")
+        if config.interrupt_before and session is None:
+            raise ValueError(
+                f"This agent stops before {', '.join(sorted(config.interrupt_before))} for a human's approval, which "
+                "needs a durable thread to resume from: run it with thread_id=..."
+            )
+        self.config = config
+        self.request = request
+        self.session = session
+        self.hooks = config.hooks
+        self.planned: tuple[list[ChatMessage], dict[str, ChatMessage]] | None = None
+        self.continuing = False
+        self.pending: list[ToolCall] = []
+        if session is not None:
+            self.planned = plan_continuation(session, request.messages, request.decisions)  # raises before commits
+            self.continuing = session.continues and not request.messages
+            self.pending = session.pending
+        self.state = self._prepare_state()
+        self.step = session.run_step if session is not None and self.continuing else 0
+        self.base_step = session.step - self.step if session is not None else 0
+        self.current = max(self.step, 1)  # the step under way, for error messages
+        self.exit_reason: str | None = None
+        self.waiting: list[ToolCall] = []
+        self.tools = config.toolbox.resolve(request.tools)
+        # Toolsets are read again at every step: one may discover tools during the run.
+        self.dynamic_tools = any(isinstance(item, Toolset) for item in request.tools)
+        values = self.state.run_values
+        values["hook_context"] = request.hook_context if request.hook_context is not None else {}
+        values["tools"] = self.tools.tools
+        values["step_count"] = self.step
+        previous = session.run_metadata() if session is not None and self.continuing else {}
+        if isinstance(previous.get("token_usage"), dict):
+            values["token_usage"] = dict(previous["token_usage"])
+        counts = previous.get("tool_call_counts")
+        values["tool_call_counts"] = {name: 0 for name in self.tools.specs} | (
+            dict(counts) if isinstance(counts, dict) else {}
         )
-    planned: tuple[list[ChatMessage], dict[str, ChatMessage]] | None = None
-    continuing = False
-    pending: list[ToolCall] = []
-    if session is not None:
-        planned = plan_continuation(session, messages, decisions)  # raises before anything is committed
-        continuing = session.continues and not messages
-        pending = session.pending
-    state = _prepare_state(config, messages, inputs, session, continuing)
-    hooks = config.hooks
-    # ``step`` counts the model calls of the run, those an unfinished run made before this call included.
-    step = session.run_step if session is not None and continuing else 0
-    base_step = session.step - step if session is not None else 0
-    exit_reason = EXIT_MAX_STEPS
-    usage: dict[str, Any] = {}
-    tools_for_model = config.model_tools if config.model_tools is not None else model_tools(config.tools)
-    # The conversation as the model is sent it, kept in step with the state's ``messages`` by appending what the
-    # loop itself writes there, so a step costs no read of the whole history.
-    # It is re-read after anything else may have written ``messages``: a hook, or a tool that can write it.
-    mirror = config.schema["messages"].handler is merge_lists
-    tools_write_messages = _tools_may_write_messages(config.tools)
-    conversation: list[ChatMessage] | None = None
-    current = max(step, 1)  # the step under way, for error messages
-    waiting: list[ToolCall] = []
 
-    def failure(stage: str, exc: Exception) -> Exception:
-        # The error to raise, carrying the state, with the cause it must be raised from (re-raising a
-        # ToolInvocationError keeps its own cause: the tool's exception).
+    # --- setting up ------------------------------------------------------------------------------------------------
+
+    def _prepare_state(self) -> RunState:
+        """
+        The run's State: fresh, or the thread's with the run-scoped keys reset (unless the run continues an
+        unfinished one); then the inputs and messages (the system prompt first on a new conversation, the rendered
+        user prompt after the messages).
+        """
+        config, request, session = self.config, self.request, self.session
+        if session is None:
+            state = RunState({key: spec.as_entry() for key, spec in config.schema.items()})
+        else:
+            state = RunState.adopt(session.load_state())
+            if not session.is_new and not self.continuing:
+                reset_run_scope(state)
+        state.update({key: value for key, value in request.inputs.items() if value is not None})
+        conversation = list(request.messages)
+        if request.user_message is not None:
+            conversation.append(request.user_message)
+        is_new = session is None or session.is_new
+        system = request.system_message
+        if is_new and system is not None and not (conversation and conversation[0].is_from("system")):
+            conversation.insert(0, system)
+        if conversation:
+            state.set("messages", conversation)
+        return state
+
+    # --- effects the loop yields -----------------------------------------------------------------------------------
+
+    def _fail(self, stage: str, exc: Exception) -> _Stopped:
+        """The failure to raise for an effect that raised: the error carries the state."""
         if isinstance(exc, ToolInvocationError):
-            exc.state = state
-            return exc
-        error = AgentRunError(f"Agent: {stage} failed at step {current}: {type(exc).__name__}: {exc}", state)
+            exc.state = self.state
+            return _Stopped(exc, record=False)
+        error = AgentRunError(f"Agent: {stage} failed at step {self.current}: {type(exc).__name__}: {exc}", self.state)
         error.__cause__ = exc
-        release(error)
-        return error
+        return _Stopped(error)
 
-    def release(error: AgentRunError) -> None:
-        # The run ends here, in this process: record that on the thread, so that a new run may start on it. (A
-        # crashed run cannot do this: its thread stays marked until agent.run([], thread_id=...) finishes it.)
-        # Tool calls left pending by a failed tool stay pending; so does a thread another run has taken.
-        if session is None or isinstance(error.__cause__, ThreadConflictError):
+    def _commit(
+        self,
+        source: Source,
+        tool_names: Sequence[str] = (),
+        *,
+        continues: bool = False,
+        force: bool = False,
+        **extra: Any,
+    ) -> Generator[Effect, Any, None]:
+        """Commit a checkpoint (an ``input`` or ``update`` one only if the state changed, unless ``force``)."""
+        session, state = self.session, self.state
+        if session is None or (source in ("input", "update") and not force and not state.has_changes()):
+            return
+        values = state.run_values
+        metadata: dict[str, Any] = {"run_step": self.step, **extra}
+        if values["token_usage"]:
+            metadata["token_usage"] = values["token_usage"]
+        if any(values["tool_call_counts"].values()):
+            metadata["tool_call_counts"] = {k: v for k, v in values["tool_call_counts"].items() if v}
+        if continues:
+            metadata["continues"] = True
+        if self.waiting:
+            metadata.update(interrupted=True, pending=[call.id for call in self.waiting])
+        tags = {"haystack_state.thread_id": session.thread_id, "haystack_state.checkpoint.source": source}
+        with tracer.trace("haystack_state.checkpoint.commit", tags=tags) as span:
+            meta = yield Commit(session, state, source, tuple(tool_names), metadata, self.base_step + self.step)
+            span.set_tag("haystack_state.checkpoint.id", meta.checkpoint_id)
+
+    def _hooks(self, point: str) -> Generator[Effect, Any, list[Any]]:
+        hooks = self.hooks.get(point)
+        if not hooks:
+            return []
+        try:
+            returned: list[Any] = yield RunHooks(point, hooks, self.state)
+        except Exception as exc:
+            raise self._fail(f"the '{point}' hook", exc) from None
+        return returned
+
+    def _call_model(self, step_span: Any) -> Generator[Effect, Any, list[ChatMessage]]:
+        request = self.request
+        inputs: dict[str, Any] = {"messages": self.state.view("messages") or []}
+        if self.tools.model_tools:
+            inputs["tools"] = self.tools.model_tools
+        if request.streaming_callback is not None and self.config.generator_streams:
+            inputs["streaming_callback"] = request.streaming_callback
+        if request.generation_kwargs is not None:
+            inputs["generation_kwargs"] = request.generation_kwargs
+        with tracer.trace("haystack.agent.step.llm", parent_span=step_span) as span:
+            span.set_content_tag("haystack.agent.step.llm.input", inputs)
+            try:
+                result = yield CallModel(inputs)
+                replies: list[ChatMessage] = list(result["replies"])
+                self.state.set("messages", replies)
+            except Exception as exc:
+                raise self._fail("the chat generator", exc) from None
+            span.set_content_tag("haystack.agent.step.llm.output", result)
+        values = self.state.run_values
+        for reply in replies:
+            usage = reply.meta.get("usage")
+            if isinstance(usage, Mapping):
+                values["token_usage"] = add_usage(values["token_usage"], usage)
+        last_usage = replies[-1].meta.get("usage") if replies else None
+        if isinstance(last_usage, Mapping) and (tokens := context_tokens(last_usage)):
+            values["context_tokens"] = tokens
+        return replies
+
+    def _run_tools(
+        self, calling: list[ChatMessage], rejected: Mapping[str, ChatMessage], order: list[str | None]
+    ) -> Generator[Effect, Any, list[ChatMessage]]:
+        """Run the tool calls of ``calling``; put their results (and the rejected calls') in order in the state."""
+        executed: list[ChatMessage] = []
+        if calling:
+            try:
+                executed = yield RunTools(calling, self.state, self.tools.specs, self.request.streaming_callback)
+            except Exception as exc:
+                raise self._fail("a tool call", exc) from None
+        tool_messages = in_call_order(order, executed, rejected)
+        self.state.set("messages", tool_messages)
+        counts = self.state.run_values["tool_call_counts"]
+        for message in tool_messages:
+            if message.tool_call_result is not None:
+                name = message.tool_call_result.origin.tool_name
+                counts[name] = counts.get(name, 0) + 1
+        yield from self._hooks("after_tool")
+        return tool_messages
+
+    def _exit_tool(self, calling: list[ChatMessage], tool_messages: list[ChatMessage]) -> str | None:
+        """The exit-condition tool that a step called successfully, if any (an errored one cancels the exit)."""
+        if self.config.exit_conditions == [EXIT_TEXT]:
+            return None
+        failed = {
+            m.tool_call_result.origin.tool_name
+            for m in tool_messages
+            if m.tool_call_result and m.tool_call_result.error
+        }
+        first: str | None = None
+        for message in calling:
+            for call in message.tool_calls:
+                if call.tool_name not in self.config.exit_conditions:
+                    continue
+                if call.tool_name in failed:
+                    return None
+                first = first or call.tool_name
+        return first
+
+    def _keep_going_on_exit(self) -> Generator[Effect, Any, bool]:
+        """Run the ``on_exit`` hooks; whether one asked to keep going (``continue_run``, or returning True)."""
+        if not self.hooks.get("on_exit"):
+            return False
+        values = self.state.run_values
+        values["continue_run"] = False
+        returned = yield from self._hooks("on_exit")
+        keep_going = bool(values["continue_run"]) or any(r is True for r in returned)
+        values["continue_run"] = False
+        return keep_going
+
+    def _tool_step(
+        self, calling: list[ChatMessage], rejected: Mapping[str, ChatMessage], order: list[str | None]
+    ) -> Generator[Effect, Any, str | None]:
+        """Run a step's tool calls and commit their results; the exit-condition tool that fired, if any."""
+        tool_messages = yield from self._run_tools(calling, rejected, order)
+        names = [m.tool_call_result.origin.tool_name for m in tool_messages if m.tool_call_result is not None]
+        exit_tool = self._exit_tool(calling, tool_messages)
+        self.state.run_values["step_count"] = self.step
+        continues = exit_tool is None and self.step < self.config.max_agent_steps
+        yield from self._commit("tools", names, continues=continues)
+        return exit_tool
+
+    def _calling_after_hooks(self, replies: list[ChatMessage]) -> list[ChatMessage]:
+        """The message whose tool calls run: after ``before_tool`` hooks, the conversation's last message."""
+        if not self.hooks.get("before_tool"):
+            return [reply for reply in replies if reply.tool_calls]
+        messages = self.state.view("messages") or []
+        return [messages[-1]] if messages and messages[-1].tool_calls else []
+
+    def _step(self, run_span: Any) -> Generator[Effect, Any, str | None]:
+        """One step: hooks, the model call, its tool calls. Returns the exit reason, or None to go on."""
+        config = self.config
+        step_tags = {"haystack.agent.step": self.step}
+        with tracer.trace("haystack.agent.step", tags=step_tags, parent_span=run_span) as span:
+            if self.dynamic_tools:
+                self.tools = config.toolbox.resolve(self.request.tools)
+                self.state.run_values["tools"] = self.tools.tools
+            yield from self._hooks("before_llm")
+            stop = self.state.run_values["stop_run"]
+            if stop is not None:
+                return str(stop)
+            replies = yield from self._call_model(span)
+            self.step += 1
+            calls = [call for reply in replies for call in reply.tool_calls]
+            if self.session is not None and any(call.tool_name in config.interrupt_before for call in calls):
+                self.waiting = calls
+                self.state.run_values["step_count"] = self.step
+                yield from self._commit("model", continues=True)
+                return EXIT_INTERRUPTED
+            yield from self._commit("model", continues=bool(calls))
+            if not self.tools.specs or not calls:
+                reason = _model_exit_reason(replies, has_tools=bool(self.tools.specs))
+                self.state.run_values["step_count"] = self.step
+                if reason is None:  # an empty reply: ask again
+                    return None
+                return None if (yield from self._exit(reason)) else reason
+            yield from self._hooks("before_tool")
+            calling = self._calling_after_hooks(replies)
+            exit_tool = yield from self._tool_step(calling, {}, [])
+            if exit_tool is not None and not (yield from self._exit(exit_tool)):
+                return exit_tool
+            return None
+
+    def _exit(self, reason: str) -> Generator[Effect, Any, bool]:
+        """The run is about to stop for ``reason``: whether ``on_exit`` hooks keep it going."""
+        self.state.run_values["exit_reason"] = reason
+        keep_going = yield from self._keep_going_on_exit()
+        if keep_going:
+            self.state.run_values["exit_reason"] = None
+        return keep_going
+
+    def execute(self) -> Generator[Effect, Any, dict[str, Any]]:
+        """The run (see the module docstring)."""
+        parent = tracer.current_span()
+        with tracer.trace("haystack.agent.run", tags=self._run_tags(), parent_span=parent) as span:
+            span.set_content_tag("haystack.agent.input", self.request.traced_inputs)
+            try:
+                outputs = yield from self._main(span)
+            except _Stopped as stopped:
+                if stopped.record:
+                    yield from self._record_stop(stopped.error)
+                raise stopped.error from stopped.error.__cause__
+            span.set_content_tag("haystack.agent.output", outputs)
+            span.set_tag("haystack.agent.steps_taken", self.step)
+        return outputs
+
+    def _run_tags(self) -> dict[str, Any]:
+        config = self.config
+        tags: dict[str, Any] = {
+            "haystack.agent.max_steps": config.max_agent_steps,
+            "haystack.agent.tools": self.tools.tools,
+            "haystack.agent.exit_conditions": config.exit_conditions,
+        }
+        if is_tracing_enabled():
+            tags["haystack.agent.state_schema"] = schema_to_dict(config.schema)
+        if self.session is not None:
+            tags["haystack_state.thread_id"] = self.session.thread_id
+        return tags
+
+    def _main(self, run_span: Any) -> Generator[Effect, Any, dict[str, Any]]:
+        yield from self._commit("input", continues=True)
+        if not self.continuing:
+            yield from self._hooks("before_run")
+            # A before_run hook can restore a saved state: the step counter follows its step_count.
+            self.step = int(self.state.run_values["step_count"])
+        reason: str | None = None
+        if self.planned is not None:
+            calling, rejected = self.planned
+            if self.request.decisions is None and calling:
+                yield from self._hooks("before_tool")
+                calling = self._calling_after_hooks(calling)
+            reason = yield from self._tool_step(calling, rejected, [call.id for call in self.pending])
+            if reason is not None and (yield from self._exit(reason)):
+                reason = None
+        while reason is None and self.step < self.config.max_agent_steps:
+            self.current = self.step + 1
+            reason = yield from self._step(run_span)
+        if reason is None:
+            logger.warning(
+                "Agent reached its maximum of {max_agent_steps} steps, stopping.",
+                max_agent_steps=self.config.max_agent_steps,
+            )
+            reason = EXIT_MAX_STEPS
+        self.exit_reason = reason
+        self.state.run_values["exit_reason"] = reason
+        self.state.run_values["step_count"] = self.step
+        yield from self._hooks("after_run")
+        yield from self._commit("update", continues=bool(self.waiting))
+        return self._outputs()
+
+    def _record_stop(self, error: Exception) -> Generator[Effect, Any, None]:
+        """
+        The run ends here, in this process: record that on the thread, so that a new run may start on it. (A crashed
+        run cannot do this: its thread stays marked until agent.run([], thread_id=...) finishes it.) Tool calls left
+        pending by a failed tool stay pending; so does a thread another run has taken.
+        """
+        if (
+            self.session is None
+            or isinstance(error, ThreadConflictError)
+            or isinstance(error.__cause__, ThreadConflictError)
+        ):
             return
         try:
-            stopped = {"run_step": step, "stopped": str(error)[:500]}
-            session.commit(state, "update", metadata=stopped, step=base_step + step)
+            yield from self._commit("update", force=True, stopped=str(error)[:500])
         except Exception as exc:  # the original failure is what the caller must see
             logger.warning(
-                "Agent: could not record on thread '{thread}' that the run stopped: {error}",
-                thread=session.thread_id,
+                "Agent: could not record on thread '{thread_id}' that the run stopped: {error}",
+                thread_id=self.session.thread_id,
                 error=exc,
             )
 
-    def commit(source: Source, tool_names: Sequence[str] = (), *, continues: bool = False) -> None:
-        if session is None or (source in ("input", "update") and not state.has_changes()):
-            return
-        metadata: dict[str, Any] = {"run_step": step}
-        if continues:
-            metadata["continues"] = True
-        if waiting:
-            metadata.update(interrupted=True, pending=[call.id for call in waiting])
-        session.commit(state, source, tool_names=tool_names, metadata=metadata, step=base_step + step)
+    def _outputs(self) -> dict[str, Any]:
+        state, values = self.state, self.state.run_values
+        messages = list(state.view("messages") or [])
+        outputs: dict[str, Any] = {key: state.get(key) for key in self.config.schema if key != "messages"}
+        outputs.update(
+            messages=messages,
+            last_message=messages[-1] if messages else None,
+            step_count=self.step,
+            exit_reason=self.exit_reason,
+            token_usage=dict(values["token_usage"]),
+            tool_call_counts=dict(values["tool_call_counts"]),
+            context_tokens=values["context_tokens"],
+            pending_tool_calls=self.waiting,
+            checkpoint_id=self.session.head_id if self.session is not None else None,
+        )
+        return outputs
 
-    def run_hooks(point: str) -> Generator[Effect, Any, list[Any]]:
-        nonlocal conversation
-        conversation = None
-        try:
-            returned: list[Any] = yield RunHooks(point, hooks[point], state)
-        except Exception as exc:
-            error = failure(f"the '{point}' hook", exc)
-            raise error from error.__cause__
-        return returned
 
-    def run_tools(
-        replies: list[ChatMessage], rejected: dict[str, ChatMessage], order: list[str | None]
-    ) -> Generator[Effect, Any, str | None]:
-        nonlocal conversation
-        executed: list[ChatMessage] = []
-        try:
-            if replies:
-                executed = yield RunTools(replies, state, config.streaming_callback)
-        except Exception as exc:
-            error = failure("a tool call", exc)
-            raise error from error.__cause__
-        tool_messages = in_call_order(order, executed, rejected)
-        state.set("messages", tool_messages)
-        if tools_write_messages or conversation is None:
-            conversation = None
-        else:
-            conversation.extend(tool_messages)
-        if hooks.get("after_tool"):
-            yield from run_hooks("after_tool")
-        names = [m.tool_call_result.origin.tool_name for m in tool_messages if m.tool_call_result is not None]
-        exit_tool = _exit_tool(config, replies, tool_messages)
-        commit("tools", tool_names=names, continues=exit_tool is None and step < config.max_agent_steps)
-        return exit_tool
-
-    commit("input", continues=True)
-    if hooks.get("before_run") and not continuing:
-        yield from run_hooks("before_run")
-    exit_now: str | None = None
-    if planned is not None:
-        to_run, rejected = planned
-        exit_now = yield from run_tools(to_run, rejected, [call.id for call in pending])
-        if exit_now is not None:
-            exit_reason = exit_now
-    while exit_now is None and step < config.max_agent_steps:
-        current = step + 1
-        if hooks.get("before_llm"):
-            yield from run_hooks("before_llm")
-        if conversation is None or not mirror:
-            conversation = state.get("messages") or []
-        inputs_for_model: dict[str, Any] = {"messages": list(conversation)}
-        if tools_for_model:
-            inputs_for_model["tools"] = tools_for_model
-        if config.streaming_callback is not None and config.generator_streams:
-            inputs_for_model["streaming_callback"] = config.streaming_callback
-        try:
-            result = yield CallModel(inputs_for_model)
-            replies: list[ChatMessage] = list(result["replies"])
-            state.set("messages", replies)
-        except Exception as exc:
-            error = failure("the chat generator", exc)
-            raise error from error.__cause__
-        conversation.extend(replies)
-        for reply in replies:
-            reply_usage = reply.meta.get("usage")
-            if isinstance(reply_usage, Mapping):
-                usage = add_usage(usage, reply_usage)
-        step += 1
-        calls = [call for reply in replies for call in reply.tool_calls]
-        if session is not None and any(call.tool_name in config.interrupt_before for call in calls):
-            waiting = calls
-            commit("model", continues=True)
-            exit_reason = EXIT_INTERRUPTED
-            break
-        commit("model", continues=bool(calls))
-        exit_now = EXIT_TEXT if not calls else (yield from run_tools(replies, {}, []))
-        if exit_now is not None:
-            exit_reason = exit_now
-            if hooks.get("on_exit") and any(r is True for r in (yield from run_hooks("on_exit"))):
-                exit_now, exit_reason = None, EXIT_MAX_STEPS
-    if hooks.get("after_run"):
-        yield from run_hooks("after_run")
-    commit("update", continues=bool(waiting))  # what on_exit and after_run hooks changed since the last checkpoint
-    if conversation is None or not mirror:
-        conversation = state.get("messages") or []
-    outputs: dict[str, Any] = {key: state.get(key) for key in config.schema if key != "messages"}
-    outputs.update(
-        messages=conversation,
-        last_message=conversation[-1] if conversation else None,
-        step_count=step,
-        exit_reason=exit_reason,
-        token_usage=usage,
-        pending_tool_calls=waiting,
-        checkpoint_id=session.head_id if session is not None else None,
-    )
-    return outputs
+def _model_exit_reason(replies: list[ChatMessage], *, has_tools: bool) -> str | None:
+    """
+    Why a reply without tool calls ends the run: its finish reason if incomplete (``length``, ``content_filter``),
+    else ``text``; None for an empty reply in a run with tools (the model is asked again), as in haystack-ai.
+    """
+    last = replies[-1] if replies else None
+    if last is None or not last.is_from("assistant"):
+        return EXIT_TEXT if not has_tools else None
+    finish = last.meta.get("finish_reason")
+    if finish in EXIT_FINISH_REASONS:
+        return str(finish)
+    if last.text or not has_tools:
+        return EXIT_TEXT
+    return None

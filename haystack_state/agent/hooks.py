@@ -1,0 +1,272 @@
+"""
+Agent hooks: what runs at the six points of a run, as in haystack-ai 3.4.
+
+A hook is either haystack's ``Hook`` protocol object (``@hook`` from ``haystack.hooks``, ``ConfirmationHook``, the
+budget and compaction hooks, or any class with ``run(state)``, optional ``run_async(state)``, ``warm_up``/``close``
+and ``to_dict``/``from_dict``), or a plain callable ``fn(state)`` (sync or async), as this package has always
+accepted. Either receives the run's live :class:`~haystack_state.agent.run_state.RunState`.
+
+Running a hook: ``run(state)`` (or the callable) synchronously; an awaitable it returns is run to completion. In
+async runs: ``run_async(state)`` when the hook has one, otherwise ``run`` in a worker thread (as haystack-ai does),
+and a plain callable is called and awaited if it returns an awaitable. Each hook runs in a tracing span
+``haystack.agent.hook`` tagged with its point, name and type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from haystack.core.errors import SerializationError
+from haystack.core.serialization import component_to_dict, generate_qualified_class_name
+from haystack.tracing.tracer import tracer
+from haystack.utils import deserialize_callable, serialize_callable
+from haystack.utils.deserialization import deserialize_component_inplace
+
+__all__ = [
+    "HOOK_POINTS",
+    "call_hook",
+    "call_hook_async",
+    "close_hooks",
+    "close_hooks_async",
+    "deserialize_hooks",
+    "hook_name",
+    "hook_span",
+    "normalize_hooks",
+    "serialize_hooks",
+    "unique_hooks",
+    "wait",
+    "warm_up_hooks",
+    "warm_up_hooks_async",
+]
+
+#: The points of a run where hooks run, in the order a step reaches them.
+HOOK_POINTS = ("before_run", "before_llm", "before_tool", "after_tool", "on_exit", "after_run")
+
+Hook = Any  # a Hook protocol object or a callable
+
+
+def _is_hook_object(hook: Any) -> bool:
+    return callable(getattr(hook, "run", None))
+
+
+def normalize_hooks(hooks: Mapping[str, Any] | None) -> dict[str, list[Hook]]:
+    """
+    Check the ``hooks`` argument and normalise it to ``{point: [hooks]}``.
+
+    :param hooks: ``{point: hook or list of hooks}``.
+    :returns: The hooks by point, in the order given.
+    :raises ValueError: For an unknown hook point, or a hook registered at a point its ``allowed_hook_points``
+        excludes (haystack's ``ConfirmationHook`` runs only at ``before_tool``).
+    :raises TypeError: For a hook that is neither a ``Hook`` object (with a callable ``run``) nor callable.
+    """
+    result: dict[str, list[Hook]] = {}
+    for point, given in (hooks or {}).items():
+        if point not in HOOK_POINTS:
+            raise ValueError(f"Unknown hook point '{point}'. Hook points: {', '.join(HOOK_POINTS)}.")
+        entries = list(given) if isinstance(given, list | tuple) else [given]
+        for hook in entries:
+            if not _is_hook_object(hook) and not callable(hook):
+                raise TypeError(
+                    f"Hook at '{point}' must be a haystack Hook (an object with a callable run(state), such as one "
+                    f"made with haystack.hooks.hook) or a callable taking the state, got {hook!r}."
+                )
+            allowed = getattr(hook, "allowed_hook_points", None)
+            if allowed is not None and point not in allowed:
+                raise ValueError(
+                    f"Hook {hook_name(hook)} is registered at '{point}' but only supports: {', '.join(allowed)}."
+                )
+        result[point] = entries
+    return result
+
+
+def hook_name(hook: Hook) -> str:
+    """
+    A readable name for a hook: the wrapped function's import path for ``@hook`` functions and plain callables,
+    the class name for other hook objects.
+
+    :param hook: The hook.
+    :returns: The name.
+    """
+    target = hook
+    if _is_hook_object(hook):
+        target = getattr(hook, "function", None) or getattr(hook, "async_function", None)
+        if target is None:
+            return type(hook).__name__
+    module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
+    return f"{module}.{qualname}" if module and qualname else type(target).__name__
+
+
+def hook_span(hook: Hook, point: str) -> Any:
+    """
+    The tracing span of one hook call, as haystack-ai names and tags it.
+
+    :param hook: The hook.
+    :param point: Its hook point.
+    :returns: A context manager yielding the span.
+    """
+    return tracer.trace(
+        "haystack.agent.hook",
+        tags={
+            "haystack.agent.hook.point": point,
+            "haystack.agent.hook.name": hook_name(hook),
+            "haystack.agent.hook.type": generate_qualified_class_name(type(hook)),
+        },
+        parent_span=tracer.current_span(),
+    )
+
+
+def wait(awaitable: Awaitable[Any]) -> Any:
+    """
+    Run an awaitable (an async hook's) to completion from synchronous code.
+
+    :param awaitable: The awaitable.
+    :returns: Its result.
+    """
+
+    async def waiter() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop in this thread: run it on a fresh one
+        return asyncio.run(waiter())
+    # An event loop runs in this thread (``run`` called from a notebook cell or a coroutine): it cannot be
+    # re-entered, so the awaitable runs on a loop of its own in a helper thread.
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="haystack-state-hook") as helper:
+        return helper.submit(context.run, asyncio.run, waiter()).result()
+
+
+def call_hook(hook: Hook, point: str, state: Any) -> Any:
+    """
+    Run one hook synchronously, in its span.
+
+    :param hook: The hook.
+    :param point: Its hook point (for the span).
+    :param state: The run's live state.
+    :returns: What the hook returned (an awaitable it returned is run to completion first).
+    """
+    with hook_span(hook, point):
+        returned = hook.run(state) if _is_hook_object(hook) else hook(state)
+        return wait(returned) if inspect.isawaitable(returned) else returned
+
+
+async def call_hook_async(hook: Hook, point: str, state: Any) -> Any:
+    """
+    Run one hook in an async run, in its span: ``run_async`` if the hook has one, otherwise its sync ``run`` in a
+    worker thread; a plain callable is called and awaited if it returns an awaitable.
+
+    :param hook: The hook.
+    :param point: Its hook point (for the span).
+    :param state: The run's live state.
+    :returns: What the hook returned.
+    """
+    with hook_span(hook, point):
+        if _is_hook_object(hook):
+            run_async = getattr(hook, "run_async", None)
+            if callable(run_async):
+                return await run_async(state)
+            return await asyncio.to_thread(hook.run, state)
+        returned = hook(state)
+        return await returned if inspect.isawaitable(returned) else returned
+
+
+def unique_hooks(hooks: Mapping[str, list[Hook]]) -> list[Hook]:
+    """
+    Each distinct hook once (a hook may be registered at several points), in the order first seen.
+
+    :param hooks: The hooks by point.
+    :returns: The hooks.
+    """
+    seen: dict[int, Hook] = {}
+    for entries in hooks.values():
+        for hook in entries:
+            seen.setdefault(id(hook), hook)
+    return list(seen.values())
+
+
+def _lifecycle(hooks: Iterable[Hook], name: str) -> list[Callable[[], Any]]:
+    return [method for hook in hooks if callable(method := getattr(hook, name, None))]
+
+
+def warm_up_hooks(hooks: Mapping[str, list[Hook]]) -> None:
+    """Call ``warm_up()`` on every hook object that has one, once per hook."""
+    for method in _lifecycle(unique_hooks(hooks), "warm_up"):
+        method()
+
+
+async def warm_up_hooks_async(hooks: Mapping[str, list[Hook]]) -> None:
+    """Await ``warm_up_async()`` on every hook that has one; call ``warm_up()`` on the others."""
+    for hook in unique_hooks(hooks):
+        if callable(warm := getattr(hook, "warm_up_async", None)):
+            await warm()
+        elif callable(warm := getattr(hook, "warm_up", None)):
+            warm()
+
+
+def close_hooks(hooks: Mapping[str, list[Hook]]) -> None:
+    """Call ``close()`` on every hook object that has one, once per hook."""
+    for method in _lifecycle(unique_hooks(hooks), "close"):
+        method()
+
+
+async def close_hooks_async(hooks: Mapping[str, list[Hook]]) -> None:
+    """Await ``close_async()`` on every hook that has one; call ``close()`` on the others."""
+    for hook in unique_hooks(hooks):
+        if callable(close := getattr(hook, "close_async", None)):
+            await close()
+        elif callable(close := getattr(hook, "close", None)):
+            close()
+
+
+def serialize_hooks(hooks: Mapping[str, list[Hook]]) -> dict[str, list[Any]] | None:
+    """
+    Serialise the hooks: a ``Hook`` object as haystack-ai does (``{"type": ..., "init_parameters": ...}``), a plain
+    callable as its import path.
+
+    :param hooks: The hooks by point.
+    :returns: The serialised hooks, or None if there are none.
+    :raises SerializationError: For a hook that cannot be serialised (a lambda, a nested function, an object
+        without ``to_dict``).
+    """
+    result: dict[str, list[Any]] = {}
+    for point, entries in hooks.items():
+        if not entries:
+            continue
+        result[point] = []
+        for hook in entries:
+            if _is_hook_object(hook):
+                if not callable(getattr(hook, "to_dict", None)):
+                    raise SerializationError(
+                        f"Hook {hook_name(hook)} at '{point}' has no to_dict(), so the Agent cannot be serialized."
+                    )
+                result[point].append(component_to_dict(obj=hook, name="hook"))
+            else:
+                result[point].append(serialize_callable(hook))
+    return result or None
+
+
+def deserialize_hooks(data: Mapping[str, list[Any]]) -> dict[str, list[Hook]]:
+    """
+    Rebuild hooks serialised by :func:`serialize_hooks` (or by haystack-ai's Agent).
+
+    :param data: The serialised hooks by point.
+    :returns: The hooks by point.
+    """
+    result: dict[str, list[Hook]] = {}
+    for point, entries in data.items():
+        hooks: list[Hook] = []
+        for entry in entries:
+            if isinstance(entry, str):
+                hooks.append(deserialize_callable(entry))
+            else:
+                holder = {"hook": dict(entry)}
+                deserialize_component_inplace(holder, key="hook")
+                hooks.append(holder["hook"])
+        result[point] = hooks
+    return result
