@@ -160,6 +160,46 @@ class State:
             value = self._values[key]
             return FrozenList(value) if type(value) is list else value
 
+    def last(self, key: str, default: Any = None) -> Any:
+        """
+        The last item of a list key, without reading the rest (the state's own item: do not change it in place).
+
+        :param key: The key.
+        :param default: Returned when the key holds no value, or an empty list.
+        :returns: The last item, or ``default``.
+        """
+        with self._lock:
+            value = self._values.get(key)
+            return value[-1] if isinstance(value, list) and value else default
+
+    def watch(self, key: str) -> tuple[Any, int]:
+        """
+        A mark of a key's value as it is now, for :meth:`appended_since`.
+
+        :param key: The key.
+        :returns: An opaque mark.
+        """
+        with self._lock:
+            value = self._values.get(key)
+            return value, len(value) if type(value) is list else -1
+
+    def appended_since(self, key: str, mark: tuple[Any, int]) -> list[Any] | None:
+        """
+        What was appended to a list key since :meth:`watch` gave ``mark``, without reading the rest: lets a reader
+        that keeps its own copy of a long list (the agent loop, for the conversation) follow it in O(new items).
+
+        :param key: The key.
+        :param mark: A mark of the same key.
+        :returns: The appended items (the state's own, read-only), or None if the value was replaced, reset or is not
+            a list (then read it again whole).
+        """
+        stored, length = mark
+        with self._lock:
+            value = self._values.get(key)
+            if value is not stored or type(value) is not list or len(value) < length:
+                return None
+            return value[length:]
+
     def has(self, key: str) -> bool:
         """
         Whether the key holds a value.
@@ -563,6 +603,16 @@ class StagedState(State):
         with self._lock:
             self._own((key,))
         return super().view(key, default)
+
+    def watch(self, key: str) -> tuple[Any, int]:
+        with self._lock:
+            self._own((key,))
+        return super().watch(key)
+
+    def last(self, key: str, default: Any = None) -> Any:
+        with self._lock:
+            self._own((key,))
+        return super().last(key, default)
 
     @property
     def data(self) -> dict[str, Any]:

@@ -23,9 +23,11 @@ from typing import Any
 
 from haystack.core.errors import SerializationError
 from haystack.core.serialization import component_to_dict, generate_qualified_class_name
-from haystack.tracing.tracer import tracer
+from haystack.tracing.tracer import is_tracing_enabled
 from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
+
+from haystack_state.agent.spans import NO_SPAN, span
 
 __all__ = [
     "HOOK_POINTS",
@@ -109,14 +111,15 @@ def hook_span(hook: Hook, point: str) -> Any:
     :param point: Its hook point.
     :returns: A context manager yielding the span.
     """
-    return tracer.trace(
+    if not is_tracing_enabled():
+        return NO_SPAN
+    return span(
         "haystack.agent.hook",
-        tags={
+        {
             "haystack.agent.hook.point": point,
             "haystack.agent.hook.name": hook_name(hook),
             "haystack.agent.hook.type": generate_qualified_class_name(type(hook)),
         },
-        parent_span=tracer.current_span(),
     )
 
 

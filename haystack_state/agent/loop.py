@@ -18,7 +18,7 @@ results and, if hooks changed the state after that, at the end.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 from haystack import logging
@@ -26,10 +26,11 @@ from haystack.dataclasses import ChatMessage, ToolCall
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT
 from haystack.tools.tool import Tool
 from haystack.tools.toolset import Toolset
-from haystack.tracing.tracer import is_tracing_enabled, tracer
+from haystack.tracing.tracer import is_tracing_enabled
 
 from haystack_state.agent.run_state import RunState
 from haystack_state.agent.session import ThreadSession, in_call_order, plan_continuation, reset_run_scope
+from haystack_state.agent.spans import current_span, span
 from haystack_state.agent.toolbox import Toolbox
 from haystack_state.errors import AgentRunError, ThreadConflictError, ToolInvocationError
 from haystack_state.persistence.delta import Source
@@ -264,10 +265,11 @@ def agent_loop(
     :param config: The agent's settings.
     :param request: The run's inputs.
     :param session: The thread to load and commit to, if any.
-    :returns: The run's outputs (as the generator's return value).
+    :returns: The run, as a generator of effects that returns the run's outputs.
+    :raises ValueError: For unknown inputs, or a run that does not fit the thread's pending calls (nothing is
+        committed).
     """
-    run = AgentRun(config, request, session)
-    return (yield from run.execute())
+    return AgentRun(config, request, session).execute()
 
 
 class AgentRun:
@@ -286,6 +288,8 @@ class AgentRun:
         self.request = request
         self.session = session
         self.hooks = config.hooks
+        self.hook_points = frozenset(point for point, hooks in config.hooks.items() if hooks)
+        self.traced = is_tracing_enabled()
         self.planned: tuple[list[ChatMessage], dict[str, ChatMessage]] | None = None
         self.continuing = False
         self.pending: list[ToolCall] = []
@@ -299,6 +303,8 @@ class AgentRun:
         self.current = max(self.step, 1)  # the step under way, for error messages
         self.exit_reason: str | None = None
         self.waiting: list[ToolCall] = []
+        self.mirror: list[ChatMessage] | None = None  # see _conversation
+        self.mirror_mark: tuple[Any, int] | None = None
         self.tools = config.toolbox.resolve(request.tools)
         # Toolsets are read again at every step: one may discover tools during the run.
         self.dynamic_tools = any(isinstance(item, Toolset) for item in request.tools)
@@ -360,11 +366,23 @@ class AgentRun:
         continues: bool = False,
         force: bool = False,
         **extra: Any,
-    ) -> Generator[Effect, Any, None]:
+    ) -> Iterable[Effect]:
         """Commit a checkpoint (an ``input`` or ``update`` one only if the state changed, unless ``force``)."""
         session, state = self.session, self.state
         if session is None or (source in ("input", "update") and not force and not state.has_changes()):
-            return
+            return ()  # nothing to do: no generator to make
+        return self._commit_effect(session, source, tool_names, continues=continues, extra=extra)
+
+    def _commit_effect(
+        self,
+        session: ThreadSession,
+        source: Source,
+        tool_names: Sequence[str],
+        *,
+        continues: bool,
+        extra: dict[str, Any],
+    ) -> Generator[Effect, Any, None]:
+        state = self.state
         values = state.run_values
         metadata: dict[str, Any] = {"run_step": self.step, **extra}
         if values["token_usage"]:
@@ -376,9 +394,9 @@ class AgentRun:
         if self.waiting:
             metadata.update(interrupted=True, pending=[call.id for call in self.waiting])
         tags = {"haystack_state.thread_id": session.thread_id, "haystack_state.checkpoint.source": source}
-        with tracer.trace("haystack_state.checkpoint.commit", tags=tags) as span:
+        with span("haystack_state.checkpoint.commit", tags) as commit_span:
             meta = yield Commit(session, state, source, tuple(tool_names), metadata, self.base_step + self.step)
-            span.set_tag("haystack_state.checkpoint.id", meta.checkpoint_id)
+            commit_span.set_tag("haystack_state.checkpoint.id", meta.checkpoint_id)
 
     def _hooks(self, point: str) -> Generator[Effect, Any, list[Any]]:
         hooks = self.hooks.get(point)
@@ -390,24 +408,42 @@ class AgentRun:
             raise self._fail(f"the '{point}' hook", exc) from None
         return returned
 
+    def _conversation(self) -> list[ChatMessage]:
+        """
+        The conversation to send the model: a list the run keeps in step with the state's ``messages``, extended by
+        what was appended since the last call (so a step costs no copy of the whole history), and read again whole
+        only when ``messages`` was replaced (a hook or handler rewrote it). As in haystack-ai, the chat generator is
+        given a list it must not change.
+        """
+        mirror, mark = self.mirror, self.mirror_mark
+        added = self.state.appended_since("messages", mark) if mirror is not None and mark is not None else None
+        if mirror is None or added is None or len(mirror) != mark[1]:  # type: ignore[index]
+            mirror = self.mirror = list(self.state.view("messages") or [])
+        else:
+            mirror.extend(added)
+        self.mirror_mark = self.state.watch("messages")
+        return mirror
+
     def _call_model(self, step_span: Any) -> Generator[Effect, Any, list[ChatMessage]]:
         request = self.request
-        inputs: dict[str, Any] = {"messages": self.state.view("messages") or []}
+        inputs: dict[str, Any] = {"messages": self._conversation()}
         if self.tools.model_tools:
             inputs["tools"] = self.tools.model_tools
         if request.streaming_callback is not None and self.config.generator_streams:
             inputs["streaming_callback"] = request.streaming_callback
         if request.generation_kwargs is not None:
             inputs["generation_kwargs"] = request.generation_kwargs
-        with tracer.trace("haystack.agent.step.llm", parent_span=step_span) as span:
-            span.set_content_tag("haystack.agent.step.llm.input", inputs)
+        with span("haystack.agent.step.llm", parent=step_span) as llm_span:
+            if self.traced:
+                llm_span.set_content_tag("haystack.agent.step.llm.input", inputs)
             try:
                 result = yield CallModel(inputs)
                 replies: list[ChatMessage] = list(result["replies"])
                 self.state.set("messages", replies)
             except Exception as exc:
                 raise self._fail("the chat generator", exc) from None
-            span.set_content_tag("haystack.agent.step.llm.output", result)
+            if self.traced:
+                llm_span.set_content_tag("haystack.agent.step.llm.output", result)
         values = self.state.run_values
         for reply in replies:
             usage = reply.meta.get("usage")
@@ -435,7 +471,8 @@ class AgentRun:
             if message.tool_call_result is not None:
                 name = message.tool_call_result.origin.tool_name
                 counts[name] = counts.get(name, 0) + 1
-        yield from self._hooks("after_tool")
+        if "after_tool" in self.hook_points:
+            yield from self._hooks("after_tool")
         return tool_messages
 
     def _exit_tool(self, calling: list[ChatMessage], tool_messages: list[ChatMessage]) -> str | None:
@@ -459,7 +496,7 @@ class AgentRun:
 
     def _keep_going_on_exit(self) -> Generator[Effect, Any, bool]:
         """Run the ``on_exit`` hooks; whether one asked to keep going (``continue_run``, or returning True)."""
-        if not self.hooks.get("on_exit"):
+        if "on_exit" not in self.hook_points:
             return False
         values = self.state.run_values
         values["continue_run"] = False
@@ -482,24 +519,25 @@ class AgentRun:
 
     def _calling_after_hooks(self, replies: list[ChatMessage]) -> list[ChatMessage]:
         """The message whose tool calls run: after ``before_tool`` hooks, the conversation's last message."""
-        if not self.hooks.get("before_tool"):
+        if "before_tool" not in self.hook_points:
             return [reply for reply in replies if reply.tool_calls]
-        messages = self.state.view("messages") or []
-        return [messages[-1]] if messages and messages[-1].tool_calls else []
+        last = self.state.last("messages")
+        return [last] if last is not None and last.tool_calls else []
 
     def _step(self, run_span: Any) -> Generator[Effect, Any, str | None]:
         """One step: hooks, the model call, its tool calls. Returns the exit reason, or None to go on."""
         config = self.config
         step_tags = {"haystack.agent.step": self.step}
-        with tracer.trace("haystack.agent.step", tags=step_tags, parent_span=run_span) as span:
+        with span("haystack.agent.step", step_tags, run_span) as step_span:
             if self.dynamic_tools:
                 self.tools = config.toolbox.resolve(self.request.tools)
                 self.state.run_values["tools"] = self.tools.tools
-            yield from self._hooks("before_llm")
+            if "before_llm" in self.hook_points:
+                yield from self._hooks("before_llm")
             stop = self.state.run_values["stop_run"]
             if stop is not None:
                 return str(stop)
-            replies = yield from self._call_model(span)
+            replies = yield from self._call_model(step_span)
             self.step += 1
             calls = [call for reply in replies for call in reply.tool_calls]
             if self.session is not None and any(call.tool_name in config.interrupt_before for call in calls):
@@ -514,7 +552,8 @@ class AgentRun:
                 if reason is None:  # an empty reply: ask again
                     return None
                 return None if (yield from self._exit(reason)) else reason
-            yield from self._hooks("before_tool")
+            if "before_tool" in self.hook_points:
+                yield from self._hooks("before_tool")
             calling = self._calling_after_hooks(replies)
             exit_tool = yield from self._tool_step(calling, {}, [])
             if exit_tool is not None and not (yield from self._exit(exit_tool)):
@@ -531,17 +570,47 @@ class AgentRun:
 
     def execute(self) -> Generator[Effect, Any, dict[str, Any]]:
         """The run (see the module docstring)."""
-        parent = tracer.current_span()
-        with tracer.trace("haystack.agent.run", tags=self._run_tags(), parent_span=parent) as span:
-            span.set_content_tag("haystack.agent.input", self.request.traced_inputs)
+        with span("haystack.agent.run", self._run_tags(), current_span()) as run_span:
+            run_span.set_content_tag("haystack.agent.input", self.request.traced_inputs)
             try:
-                outputs = yield from self._main(span)
+                yield from self._commit("input", continues=True)
+                if not self.continuing:
+                    if "before_run" in self.hook_points:
+                        yield from self._hooks("before_run")
+                    # A before_run hook can restore a saved state: the step counter follows its step_count.
+                    self.step = int(self.state.run_values["step_count"])
+                reason: str | None = None
+                if self.planned is not None:
+                    calling, rejected = self.planned
+                    if self.request.decisions is None and calling:
+                        if "before_tool" in self.hook_points:
+                            yield from self._hooks("before_tool")
+                        calling = self._calling_after_hooks(calling)
+                    reason = yield from self._tool_step(calling, rejected, [call.id for call in self.pending])
+                    if reason is not None and (yield from self._exit(reason)):
+                        reason = None
+                while reason is None and self.step < self.config.max_agent_steps:
+                    self.current = self.step + 1
+                    reason = yield from self._step(run_span)
+                if reason is None:
+                    logger.warning(
+                        "Agent reached its maximum of {max_agent_steps} steps, stopping.",
+                        max_agent_steps=self.config.max_agent_steps,
+                    )
+                    reason = EXIT_MAX_STEPS
+                self.exit_reason = reason
+                self.state.run_values["exit_reason"] = reason
+                self.state.run_values["step_count"] = self.step
+                if "after_run" in self.hook_points:
+                    yield from self._hooks("after_run")
+                yield from self._commit("update", continues=bool(self.waiting))
+                outputs = self._outputs()
             except _Stopped as stopped:
                 if stopped.record:
                     yield from self._record_stop(stopped.error)
                 raise stopped.error from stopped.error.__cause__
-            span.set_content_tag("haystack.agent.output", outputs)
-            span.set_tag("haystack.agent.steps_taken", self.step)
+            run_span.set_content_tag("haystack.agent.output", outputs)
+            run_span.set_tag("haystack.agent.steps_taken", self.step)
         return outputs
 
     def _run_tags(self) -> dict[str, Any]:
@@ -556,37 +625,6 @@ class AgentRun:
         if self.session is not None:
             tags["haystack_state.thread_id"] = self.session.thread_id
         return tags
-
-    def _main(self, run_span: Any) -> Generator[Effect, Any, dict[str, Any]]:
-        yield from self._commit("input", continues=True)
-        if not self.continuing:
-            yield from self._hooks("before_run")
-            # A before_run hook can restore a saved state: the step counter follows its step_count.
-            self.step = int(self.state.run_values["step_count"])
-        reason: str | None = None
-        if self.planned is not None:
-            calling, rejected = self.planned
-            if self.request.decisions is None and calling:
-                yield from self._hooks("before_tool")
-                calling = self._calling_after_hooks(calling)
-            reason = yield from self._tool_step(calling, rejected, [call.id for call in self.pending])
-            if reason is not None and (yield from self._exit(reason)):
-                reason = None
-        while reason is None and self.step < self.config.max_agent_steps:
-            self.current = self.step + 1
-            reason = yield from self._step(run_span)
-        if reason is None:
-            logger.warning(
-                "Agent reached its maximum of {max_agent_steps} steps, stopping.",
-                max_agent_steps=self.config.max_agent_steps,
-            )
-            reason = EXIT_MAX_STEPS
-        self.exit_reason = reason
-        self.state.run_values["exit_reason"] = reason
-        self.state.run_values["step_count"] = self.step
-        yield from self._hooks("after_run")
-        yield from self._commit("update", continues=bool(self.waiting))
-        return self._outputs()
 
     def _record_stop(self, error: Exception) -> Generator[Effect, Any, None]:
         """

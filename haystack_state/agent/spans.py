@@ -1,0 +1,53 @@
+"""
+Tracing spans through ``haystack.tracing``, with haystack-ai's Agent span names, at no cost when tracing is off.
+
+haystack's tracer wraps every span in two generator-based context managers even when tracing is disabled; an agent
+opens several spans per step, so :func:`span` hands out a shared no-op context manager instead whenever no tracer is
+enabled. With a tracer enabled (OpenTelemetry, Datadog, Langfuse's), it is ``tracer.trace(...)`` unchanged.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+from haystack.tracing.tracer import NullSpan, Span, is_tracing_enabled, tracer
+
+__all__ = ["NO_SPAN", "current_span", "span"]
+
+
+class _NoSpan:
+    """A reusable context manager yielding a ``NullSpan``: what a span costs with tracing off."""
+
+    __slots__ = ()
+    null = NullSpan()
+
+    def __enter__(self) -> Span:
+        return self.null
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+NO_SPAN = _NoSpan()
+
+
+def span(name: str, tags: dict[str, Any] | None = None, parent: Span | None = None) -> Any:
+    """
+    Open a span named ``name`` under ``parent`` (or the current span).
+
+    :param name: The operation name (haystack-ai's: ``haystack.agent.run``, ``haystack.agent.step``, ...).
+    :param tags: The span's tags.
+    :param parent: The parent span; the current one if None.
+    :returns: A context manager yielding the span (a ``NullSpan`` when tracing is off).
+    """
+    if not is_tracing_enabled():
+        return NO_SPAN
+    return tracer.trace(name, tags=tags, parent_span=parent)
+
+
+def current_span() -> Span | None:
+    """The current span, or None when tracing is off."""
+    return tracer.current_span() if is_tracing_enabled() else None
