@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from collections.abc import Generator
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict, logging
@@ -16,7 +17,6 @@ from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, ToolCall
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT, select_streaming_callback
 from haystack.tools.serde_utils import deserialize_tools_or_toolset_inplace, serialize_tools_or_toolset
-from haystack.tools.tool import Tool
 from haystack.tools.toolset import Toolset
 from haystack.tools.utils import (
     close_tools,
@@ -29,6 +29,7 @@ from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
 
 from haystack_state.agent.drive import Effects, accepts, drive, drive_async
+from haystack_state.agent.events import EventSink
 from haystack_state.agent.hooks import (
     close_hooks,
     close_hooks_async,
@@ -38,9 +39,19 @@ from haystack_state.agent.hooks import (
     warm_up_hooks,
     warm_up_hooks_async,
 )
-from haystack_state.agent.loop import RESERVED_INPUTS, RESERVED_OUTPUTS, LoopConfig, RunRequest, agent_loop
+from haystack_state.agent.loop import (
+    RESERVED_INPUTS,
+    RESERVED_OUTPUTS,
+    Effect,
+    LoopConfig,
+    RunControl,
+    RunRequest,
+    agent_loop,
+)
 from haystack_state.agent.prompts import PromptTemplates, RequiredVariables
 from haystack_state.agent.run_state import RUN_KEYS
+from haystack_state.agent.session import ThreadSession
+from haystack_state.agent.streaming import RunOptions, StreamMethods, model_callback, runtime_tools
 from haystack_state.agent.thread_methods import ThreadMethods
 from haystack_state.agent.toolbox import Toolbox, ToolsArg, check_names
 from haystack_state.persistence.base import Checkpointer
@@ -58,7 +69,7 @@ def _given(tools: ToolsArg | None) -> bool:
 
 
 @component
-class Agent(ThreadMethods):
+class Agent(ThreadMethods, StreamMethods):
     """
     A tool-calling agent over a typed State: it sends the messages and the tools to the chat generator, runs the
     tool calls the model makes (in parallel where they are independent, merging their outputs into the state), and
@@ -246,14 +257,6 @@ class Agent(ThreadMethods):
         check_names("interrupt_before", self.interrupt_before, specs)
         self._names_checked = True
 
-    def _effects(self) -> Effects:
-        return Effects(
-            chat_generator=self.chat_generator,
-            raise_on_failure=self.raise_on_tool_invocation_failure,
-            max_workers=self.tool_concurrency_limit,
-            passthrough=self.tool_streaming_callback_passthrough,
-        )
-
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
     def warm_up(self) -> None:
@@ -319,44 +322,60 @@ class Agent(ThreadMethods):
 
     # --- running -----------------------------------------------------------------------------------------------
 
-    def _request(
+    def _start(
         self,
         messages: list[ChatMessage],
         kwargs: dict[str, Any],
+        options: RunOptions,
         *,
-        callback: StreamingCallbackT | None,
-        tools: ToolsArg | list[str] | None,
-        generation_kwargs: dict[str, Any] | None,
-        hook_context: dict[str, Any] | None,
-        decisions: dict[str, Any] | None = None,
-    ) -> RunRequest:
-        """Everything a run needs before it opens its thread: prompts rendered, tools selected, inputs split."""
+        is_async: bool,
+        sink: EventSink | None = None,
+        control: RunControl | None = None,
+    ) -> tuple[Generator[Effect, Any, dict[str, Any]], Effects]:
+        """
+        Prepare a run, before anything is sent or stored: select the streaming callback, render the prompts (a
+        missing variable raises here), select the tools, open the thread. The agent is warmed up already.
+
+        :returns: The loop (a generator of effects) and what executes its effects.
+        """
+        callback: StreamingCallbackT | None = select_streaming_callback(  # type: ignore[call-overload]
+            self.streaming_callback, options.streaming_callback, requires_async=is_async
+        )
         variables = self._prompts.variables
         prompt_values = {name: value for name, value in kwargs.items() if name in variables}
         inputs = {key: value for key, value in kwargs.items() if key not in variables}
         system, user = self._prompts.render(prompt_values)
-        run_tools = self._toolbox.for_run(tools)
-        if tools is not None and not self._generator_takes_tools and self._toolbox.resolve(run_tools).specs:
+        run_tools = self._toolbox.for_run(options.tools)
+        if options.tools is not None and not self._generator_takes_tools and self._toolbox.resolve(run_tools).specs:
             raise TypeError(f"{type(self.chat_generator).__name__}.run does not accept a 'tools' parameter.")
-        return RunRequest(
+        request = RunRequest(
             messages=list(messages or []),
             inputs=inputs,
             tools=run_tools,
             system_message=system,
             user_message=user,
             streaming_callback=callback,
-            generation_kwargs=generation_kwargs,
-            hook_context=hook_context,
-            decisions=decisions,
+            generation_kwargs=options.generation_kwargs,
+            hook_context=options.hook_context,
+            decisions=options.decisions,
             traced_inputs={"messages": messages, "streaming_callback": callback, **kwargs},
+            model_callback=model_callback(callback, sink, is_async=is_async),
+            sink=sink,
+            control=control,
         )
-
-    @staticmethod
-    def _runtime_tools(tools: ToolsArg | list[str] | None) -> list[Tool | Toolset]:
-        """The tool objects given to a run (not names), which the run warms up."""
-        if isinstance(tools, Toolset):
-            return [tools]
-        return [tool for tool in tools or [] if not isinstance(tool, str)]
+        session: ThreadSession | None
+        if options.decisions is not None:
+            session = self._existing(str(options.thread_id))
+        else:
+            session = self._session(options.thread_id, options.checkpoint_id)
+        effects = Effects(
+            chat_generator=self.chat_generator,
+            raise_on_failure=self.raise_on_tool_invocation_failure,
+            max_workers=self.tool_concurrency_limit,
+            passthrough=self.tool_streaming_callback_passthrough,
+            control=control,
+        )
+        return agent_loop(self._loop_config, request, session), effects
 
     def run(
         self,
@@ -392,10 +411,10 @@ class Agent(ThreadMethods):
         :returns: ``messages``, ``last_message``, every state key, ``step_count`` (the run's model calls; on a
             continued run, those before it stopped included), ``exit_reason`` ("text", "length" or
             "content_filter" for an incomplete reply, the name of the exit tool, "max_agent_steps", "interrupted",
-            or the value a hook set as ``stop_run``), ``token_usage`` (summed from the replies' ``usage`` meta),
-            ``tool_call_counts`` (calls per tool), ``context_tokens`` (the last call's input plus output tokens, as
-            its usage reports them), ``pending_tool_calls`` (the calls waiting for ``resume`` after an interrupt)
-            and ``checkpoint_id`` (the thread's head after the run, or None without a thread).
+            "cancelled", or the value a hook set as ``stop_run``), ``token_usage`` (summed from the replies'
+            ``usage`` meta), ``tool_call_counts`` (calls per tool), ``context_tokens`` (the last call's input plus
+            output tokens, as its usage reports them), ``pending_tool_calls`` (the calls waiting for ``resume``
+            after an interrupt) and ``checkpoint_id`` (the thread's head after the run, or None without a thread).
         :raises AgentRunError: If the chat generator or a hook raises; the error carries the partial State.
         :raises ToolInvocationError: With ``raise_on_tool_invocation_failure``, when a tool call fails (an instance
             of haystack's ``ToolInvocationError`` too).
@@ -407,19 +426,10 @@ class Agent(ThreadMethods):
         :raises CodecError: If a state value cannot be stored (the message names the key; nothing was written).
         :raises CheckpointNotFoundError: For an unknown ``checkpoint_id``.
         """
-        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         self.warm_up()
-        warm_up_tools(self._runtime_tools(tools))
-        request = self._request(
-            messages,
-            kwargs,
-            callback=callback,
-            tools=tools,
-            generation_kwargs=generation_kwargs,
-            hook_context=hook_context,
-        )
-        session = self._session(thread_id, checkpoint_id)
-        return drive(agent_loop(self._loop_config, request, session), self._effects())
+        warm_up_tools(runtime_tools(tools))
+        options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
+        return drive(*self._start(messages, kwargs, options, is_async=False))
 
     async def run_async(
         self,
@@ -448,19 +458,10 @@ class Agent(ThreadMethods):
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: The same outputs as :meth:`run`.
         """
-        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         await self.warm_up_async()
-        await warm_up_tools_async(self._runtime_tools(tools))
-        request = self._request(
-            messages,
-            kwargs,
-            callback=callback,
-            tools=tools,
-            generation_kwargs=generation_kwargs,
-            hook_context=hook_context,
-        )
-        session = self._session(thread_id, checkpoint_id)
-        return await drive_async(agent_loop(self._loop_config, request, session), self._effects())
+        await warm_up_tools_async(runtime_tools(tools))
+        options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
+        return await drive_async(*self._start(messages, kwargs, options, is_async=True))
 
     # --- durable threads ---------------------------------------------------------------------------------------
 
@@ -487,18 +488,9 @@ class Agent(ThreadMethods):
         :raises ValueError: If the thread is not interrupted, or a pending call has no (valid) decision; nothing
             is written then, and the thread stays interrupted.
         """
-        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         self.warm_up()
-        request = self._request(
-            [],
-            {},
-            callback=callback,
-            tools=None,
-            generation_kwargs=generation_kwargs,
-            hook_context=hook_context,
-            decisions=decisions,
-        )
-        return drive(agent_loop(self._loop_config, request, self._existing(thread_id)), self._effects())
+        options = RunOptions(streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions)
+        return drive(*self._start([], {}, options, is_async=False))
 
     async def resume_async(
         self,
@@ -510,18 +502,9 @@ class Agent(ThreadMethods):
         hook_context: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Continue an interrupted run asynchronously. Same parameters and outputs as :meth:`resume`."""
-        callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         await self.warm_up_async()
-        request = self._request(
-            [],
-            {},
-            callback=callback,
-            tools=None,
-            generation_kwargs=generation_kwargs,
-            hook_context=hook_context,
-            decisions=decisions,
-        )
-        return await drive_async(agent_loop(self._loop_config, request, self._existing(thread_id)), self._effects())
+        options = RunOptions(streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions)
+        return await drive_async(*self._start([], {}, options, is_async=True))
 
     # --- serialisation ---------------------------------------------------------------------------------------
 

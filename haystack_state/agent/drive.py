@@ -12,10 +12,20 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from haystack_state.agent.hooks import call_hook, call_hook_async
-from haystack_state.agent.loop import CallModel, Commit, Effect, RunTools
+from haystack_state.agent.loop import CallModel, Commit, Effect, RunControl, RunTools
 from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
 
-__all__ = ["Effects", "Finished", "accepts", "drive", "drive_async", "execute", "execute_async", "next_effect"]
+__all__ = [
+    "Effects",
+    "Finished",
+    "RunCancelled",
+    "accepts",
+    "drive",
+    "drive_async",
+    "execute",
+    "execute_async",
+    "next_effect",
+]
 
 
 def accepts(method: Callable[..., Any], name: str) -> bool:
@@ -42,12 +52,14 @@ class Effects:
     :param raise_on_failure: Raise on a failed tool call instead of reporting it to the model.
     :param max_workers: How many tool calls may run at once.
     :param passthrough: Pass the streaming callback to tools that take a ``streaming_callback`` parameter.
+    :param control: Checked before each effect: a cancelled run stops there (:class:`RunCancelled`).
     """
 
     chat_generator: Any
     raise_on_failure: bool
     max_workers: int
     passthrough: bool = False
+    control: RunControl | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +144,17 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
     return [await call_hook_async(hook, effect.point, effect.state) for hook in effect.hooks]
 
 
+class RunCancelled(Exception):
+    """The run was cancelled before an effect (its consumer stopped listening): nothing more was done or committed."""
+
+
+def _check(effects: Effects, flow: Generator[Effect, Any, dict[str, Any]]) -> None:
+    control = effects.control
+    if control is not None and control.cancelled:
+        flow.close()  # the loop's spans end; nothing more runs
+        raise RunCancelled("The run was cancelled; its last committed checkpoint stands.")
+
+
 def drive(flow: Generator[Effect, Any, dict[str, Any]], effects: Effects) -> dict[str, Any]:
     """
     Run the loop, executing its effects synchronously; an effect's exception is thrown back into the loop.
@@ -139,32 +162,45 @@ def drive(flow: Generator[Effect, Any, dict[str, Any]], effects: Effects) -> dic
     :param flow: The loop (see :func:`haystack_state.agent.loop.agent_loop`).
     :param effects: What executes the effects.
     :returns: The loop's outputs.
+    :raises RunCancelled: If the run's control was cancelled.
     """
     value: Any = None
     error: BaseException | None = None
-    while not isinstance(effect := next_effect(flow, value, error), Finished):
-        value, error = None, None
-        try:
-            value = execute(effect, effects)
-        except Exception as exc:
-            error = exc
+    try:
+        while not isinstance(effect := next_effect(flow, value, error), Finished):
+            _check(effects, flow)
+            value, error = None, None
+            try:
+                value = execute(effect, effects)
+            except Exception as exc:
+                error = exc
+    except BaseException:
+        flow.close()
+        raise
     return effect.outputs
 
 
 async def drive_async(flow: Generator[Effect, Any, dict[str, Any]], effects: Effects) -> dict[str, Any]:
     """
-    Run the loop, awaiting its effects (see :func:`execute_async`).
+    Run the loop, awaiting its effects (see :func:`execute_async`). A cancelled task stops the loop where it is:
+    what was committed stands.
 
     :param flow: The loop (see :func:`haystack_state.agent.loop.agent_loop`).
     :param effects: What executes the effects.
     :returns: The loop's outputs.
+    :raises RunCancelled: If the run's control was cancelled.
     """
     value: Any = None
     error: BaseException | None = None
-    while not isinstance(effect := next_effect(flow, value, error), Finished):
-        value, error = None, None
-        try:
-            value = await execute_async(effect, effects)
-        except Exception as exc:
-            error = exc
+    try:
+        while not isinstance(effect := next_effect(flow, value, error), Finished):
+            _check(effects, flow)
+            value, error = None, None
+            try:
+                value = await execute_async(effect, effects)
+            except Exception as exc:
+                error = exc
+    except BaseException:
+        flow.close()
+        raise
     return effect.outputs

@@ -18,6 +18,7 @@ results and, if hooks changed the state after that, at the end.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,14 @@ from haystack.tools.tool import Tool
 from haystack.tools.toolset import Toolset
 from haystack.tracing.tracer import is_tracing_enabled
 
+from haystack_state.agent.events import (
+    CheckpointCommitted,
+    EventSink,
+    Interrupted,
+    ModelReply,
+    RunStarted,
+    StateChanged,
+)
 from haystack_state.agent.run_state import RunState
 from haystack_state.agent.session import ThreadSession, in_call_order, plan_continuation, reset_run_scope
 from haystack_state.agent.spans import current_span, span
@@ -39,6 +48,7 @@ from haystack_state.state import State
 from haystack_state.tools.spec import ToolSpec
 
 __all__ = [
+    "EXIT_CANCELLED",
     "EXIT_INTERRUPTED",
     "EXIT_MAX_STEPS",
     "EXIT_TEXT",
@@ -49,6 +59,7 @@ __all__ = [
     "Effect",
     "LoopConfig",
     "RunHooks",
+    "RunControl",
     "RunRequest",
     "RunTools",
     "add_usage",
@@ -87,6 +98,7 @@ RESERVED_INPUTS = frozenset(
 EXIT_TEXT = "text"
 EXIT_MAX_STEPS = "max_agent_steps"
 EXIT_INTERRUPTED = "interrupted"
+EXIT_CANCELLED = "cancelled"
 #: Finish reasons that end a run on a reply without tool calls, as its exit reason (an incomplete reply).
 EXIT_FINISH_REASONS = frozenset({"length", "content_filter"})
 
@@ -218,6 +230,10 @@ class RunRequest:
     :param hook_context: The caller's per-run resources for hooks (never stored).
     :param decisions: ``Agent.resume``'s decisions on interrupted tool calls, by call id.
     :param traced_inputs: What the run span records as its input.
+    :param model_callback: The callback given to the chat generator (the streaming callback, wrapped to emit
+        ``ModelChunk`` events when someone listens); ``streaming_callback`` if None.
+    :param sink: Where the run's events go, if someone listens (see :mod:`haystack_state.agent.events`).
+    :param control: Lets another thread or process stop the run (see :class:`RunControl`).
     """
 
     messages: list[ChatMessage]
@@ -230,6 +246,40 @@ class RunRequest:
     hook_context: dict[str, Any] | None = None
     decisions: Mapping[str, Any] | None = None
     traced_inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    model_callback: StreamingCallbackT | None = None
+    sink: EventSink | None = None
+    control: RunControl | None = None
+
+
+class RunControl:
+    """
+    Stops a run from outside it: :meth:`request_stop` ends it at its next step boundary (``exit_reason="cancelled"``,
+    its last checkpoint committed); :meth:`cancel` stops it before its next effect (a consumer stopped listening:
+    what was committed stands, nothing more is).
+    """
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._cancel = threading.Event()
+
+    def request_stop(self) -> None:
+        """End the run at its next step boundary."""
+        self._stop.set()
+
+    def cancel(self) -> None:
+        """Stop the run before its next effect."""
+        self._cancel.set()
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether the run should end at its next step boundary."""
+        return self._stop.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the run should stop before its next effect."""
+        return self._cancel.is_set()
 
 
 class _Stopped(Exception):
@@ -368,10 +418,27 @@ class AgentRun:
         **extra: Any,
     ) -> Iterable[Effect]:
         """Commit a checkpoint (an ``input`` or ``update`` one only if the state changed, unless ``force``)."""
-        session, state = self.session, self.state
-        if session is None or (source in ("input", "update") and not force and not state.has_changes()):
+        session, state, sink = self.session, self.state, self.request.sink
+        if session is None:
+            if sink is not None:  # no checkpoint: the changes are streamed where one would be committed
+                self._stream_changes(state.drain_changes())
+            return ()
+        if source in ("input", "update") and not force and not state.has_changes():
             return ()  # nothing to do: no generator to make
         return self._commit_effect(session, source, tool_names, continues=continues, extra=extra)
+
+    def _stream_changes(self, delta: Mapping[str, Mapping[str, Any]]) -> None:
+        """Emit a ``StateChanged`` event per key of a journal delta (see :meth:`State.peek_changes`)."""
+        sink = self.request.sink
+        if sink is None:
+            return
+        for key, op in delta.items():
+            if op["op"] == "extend":
+                sink.emit(StateChanged, key=key, op="append", items=list(op["items"]))
+            elif op["op"] == "replace":
+                sink.emit(StateChanged, key=key, op="replace", value=op["value"])
+            else:
+                sink.emit(StateChanged, key=key, op="reset")
 
     def _commit_effect(
         self,
@@ -394,9 +461,14 @@ class AgentRun:
         if self.waiting:
             metadata.update(interrupted=True, pending=[call.id for call in self.waiting])
         tags = {"haystack_state.thread_id": session.thread_id, "haystack_state.checkpoint.source": source}
+        sink = self.request.sink
+        delta = state.peek_changes() if sink is not None else None
         with span("haystack_state.checkpoint.commit", tags) as commit_span:
             meta = yield Commit(session, state, source, tuple(tool_names), metadata, self.base_step + self.step)
             commit_span.set_tag("haystack_state.checkpoint.id", meta.checkpoint_id)
+        if sink is not None and delta is not None:
+            self._stream_changes(delta)
+            sink.emit(CheckpointCommitted, checkpoint_id=meta.checkpoint_id, step=meta.step, source=meta.source)
 
     def _hooks(self, point: str) -> Generator[Effect, Any, list[Any]]:
         hooks = self.hooks.get(point)
@@ -429,8 +501,11 @@ class AgentRun:
         inputs: dict[str, Any] = {"messages": self._conversation()}
         if self.tools.model_tools:
             inputs["tools"] = self.tools.model_tools
-        if request.streaming_callback is not None and self.config.generator_streams:
-            inputs["streaming_callback"] = request.streaming_callback
+        if request.sink is not None:
+            request.sink.step = self.step + 1
+        callback = request.model_callback or request.streaming_callback
+        if callback is not None and self.config.generator_streams:
+            inputs["streaming_callback"] = callback
         if request.generation_kwargs is not None:
             inputs["generation_kwargs"] = request.generation_kwargs
         with span("haystack.agent.step.llm", parent=step_span) as llm_span:
@@ -444,6 +519,9 @@ class AgentRun:
                 raise self._fail("the chat generator", exc) from None
             if self.traced:
                 llm_span.set_content_tag("haystack.agent.step.llm.output", result)
+        if self.request.sink is not None:
+            for reply in replies:
+                self.request.sink.emit(ModelReply, step=self.step + 1, message=reply)
         values = self.state.run_values
         for reply in replies:
             usage = reply.meta.get("usage")
@@ -532,6 +610,9 @@ class AgentRun:
             if self.dynamic_tools:
                 self.tools = config.toolbox.resolve(self.request.tools)
                 self.state.run_values["tools"] = self.tools.tools
+            control = self.request.control
+            if control is not None and control.stop_requested:
+                return EXIT_CANCELLED
             if "before_llm" in self.hook_points:
                 yield from self._hooks("before_llm")
             stop = self.state.run_values["stop_run"]
@@ -572,6 +653,9 @@ class AgentRun:
         """The run (see the module docstring)."""
         with span("haystack.agent.run", self._run_tags(), current_span()) as run_span:
             run_span.set_content_tag("haystack.agent.input", self.request.traced_inputs)
+            if self.request.sink is not None:
+                head = self.session.head_id if self.session is not None else None
+                self.request.sink.emit(RunStarted, checkpoint_id=head, continuing=self.continuing)
             try:
                 yield from self._commit("input", continues=True)
                 if not self.continuing:
@@ -592,6 +676,8 @@ class AgentRun:
                 while reason is None and self.step < self.config.max_agent_steps:
                     self.current = self.step + 1
                     reason = yield from self._step(run_span)
+                if reason == EXIT_INTERRUPTED and self.request.sink is not None:
+                    self.request.sink.emit(Interrupted, requests=self.pending_requests())
                 if reason is None:
                     logger.warning(
                         "Agent reached its maximum of {max_agent_steps} steps, stopping.",
@@ -646,6 +732,13 @@ class AgentRun:
                 thread_id=self.session.thread_id,
                 error=exc,
             )
+
+    def pending_requests(self) -> list[dict[str, Any]]:
+        """The requests a human must answer before the run goes on (JSON-ready)."""
+        return [
+            {"id": call.id, "kind": "before", "tool_name": call.tool_name, "call_id": call.id, "value": call.arguments}
+            for call in self.waiting
+        ]
 
     def _outputs(self) -> dict[str, Any]:
         state, values = self.state, self.state.run_values

@@ -1,0 +1,253 @@
+"""
+``Agent.stream`` and ``Agent.stream_async``: a run as a stream of live events (see
+:mod:`haystack_state.agent.events`), as a mixin of :class:`haystack_state.agent.Agent`.
+
+Events cost only when someone listens: a plain ``run`` has no sink, and the loop makes no event. A stream runs the
+loop with a sink that queues events for the consumer: ``stream`` drives the run in a worker thread (so that model
+chunks arrive while the model call is under way), ``stream_async`` in a task of the caller's event loop.
+
+The consumer may stop early: breaking out of the iteration cancels the run before its next effect (a model call, a
+tool batch, a hook, a commit). What was committed stands, and the thread can be continued with
+``agent.run([], thread_id=...)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from haystack.dataclasses import ChatMessage, StreamingChunk
+from haystack.dataclasses.streaming_chunk import StreamingCallbackT
+from haystack.tools.tool import Tool
+from haystack.tools.toolset import Toolset
+from haystack.tools.utils import warm_up_tools, warm_up_tools_async
+
+from haystack_state.agent.drive import Effects, RunCancelled, drive, drive_async
+from haystack_state.agent.events import AgentEvent, EventSink, ModelChunk, RunFailed, RunFinished
+from haystack_state.agent.loop import Effect, RunControl
+
+if TYPE_CHECKING:
+    from haystack_state.agent.toolbox import ToolsArg
+
+__all__ = ["RunOptions", "StreamMethods", "model_callback", "runtime_tools"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """The per-run options of ``run``, ``resume`` and ``stream``, besides the messages and the state inputs."""
+
+    streaming_callback: StreamingCallbackT | None = None
+    thread_id: str | None = None
+    checkpoint_id: str | None = None
+    generation_kwargs: dict[str, Any] | None = None
+    tools: ToolsArg | list[str] | None = None
+    hook_context: dict[str, Any] | None = None
+    decisions: dict[str, Any] | None = None
+
+
+def runtime_tools(tools: ToolsArg | list[str] | None) -> list[Tool | Toolset]:
+    """The tool objects given to a run (not names), which the run warms up."""
+    if isinstance(tools, Toolset):
+        return [tools]
+    return [tool for tool in tools or [] if not isinstance(tool, str)]
+
+
+def model_callback(
+    callback: StreamingCallbackT | None, sink: EventSink | None, *, is_async: bool
+) -> StreamingCallbackT | None:
+    """
+    The streaming callback given to the chat generator when someone listens: it emits each chunk as a
+    ``ModelChunk`` event, then passes it on to the run's own callback (if any).
+
+    :param callback: The run's streaming callback.
+    :param sink: The run's event sink; None if no one listens (then no wrapper is made).
+    :param is_async: Whether the run is async (the wrapper must then be a coroutine function).
+    :returns: The wrapper, or None.
+    """
+    if sink is None:
+        return None
+    if is_async:
+
+        async def on_chunk_async(chunk: StreamingChunk) -> None:
+            sink.emit(ModelChunk, step=sink.step, chunk=chunk)
+            if callback is not None:
+                await callback(chunk)  # type: ignore[misc]
+
+        return on_chunk_async
+
+    def on_chunk(chunk: StreamingChunk) -> None:
+        sink.emit(ModelChunk, step=sink.step, chunk=chunk)
+        if callback is not None:
+            callback(chunk)
+
+    return on_chunk
+
+
+_DONE = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Raised:
+    error: BaseException
+
+
+Starter = Callable[..., tuple[Generator[Effect, Any, dict[str, Any]], Effects]]
+
+
+class StreamMethods:
+    """The streaming methods of ``Agent``."""
+
+    _start: Starter
+
+    def warm_up(self) -> None: ...  # provided by Agent
+
+    async def warm_up_async(self) -> None: ...  # provided by Agent
+
+    def stream(
+        self,
+        messages: list[ChatMessage],
+        streaming_callback: StreamingCallbackT | None = None,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+        *,
+        generation_kwargs: dict[str, Any] | None = None,
+        tools: ToolsArg | list[str] | None = None,
+        hook_context: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[AgentEvent]:
+        """
+        Run the agent and yield its events as they happen: ``RunStarted``, ``ModelChunk`` (when the chat generator
+        streams), ``ModelReply``, ``ToolCallStarted``/``ToolCallFinished``, ``StateChanged``, ``CheckpointCommitted``,
+        ``Interrupted``, ``CustomEvent``, and last ``RunFinished`` (with the dict ``run`` returns) or ``RunFailed``
+        (then the error is raised).
+
+        Takes the same parameters as :meth:`run`; a bad input (a missing prompt variable, an unknown input, a busy
+        thread) raises here, before anything runs. Stop iterating to cancel the run: it stops before its next
+        effect, and what it committed stands.
+
+        :param messages: The conversation so far.
+        :param streaming_callback: Also receives the model's chunks and the tool results.
+        :param thread_id: Run on this durable thread.
+        :param checkpoint_id: With ``thread_id``, fork from this earlier checkpoint.
+        :param generation_kwargs: Settings for the chat generator for this run.
+        :param tools: The tools for this run.
+        :param hook_context: Per-run resources for hooks.
+        :param kwargs: Initial values for state keys, and the prompts' variables.
+        :returns: An iterator of events.
+        """
+        self.warm_up()
+        warm_up_tools(runtime_tools(tools))
+        events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        sink = EventSink(events.put, thread_id)
+        control = RunControl()
+        options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
+        flow, effects = self._start(messages, kwargs, options, is_async=False, sink=sink, control=control)
+        return _pump(flow, effects, sink, events, control)
+
+    async def stream_async(
+        self,
+        messages: list[ChatMessage],
+        streaming_callback: StreamingCallbackT | None = None,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+        *,
+        generation_kwargs: dict[str, Any] | None = None,
+        tools: ToolsArg | list[str] | None = None,
+        hook_context: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AgentEvent]:
+        """
+        Run the agent asynchronously and yield its events as they happen (see :meth:`stream`). Stop iterating (or
+        cancel the consuming task) to cancel the run.
+
+        :param messages: The conversation so far.
+        :param streaming_callback: Also receives the model's chunks and the tool results (sync or async).
+        :param thread_id: Run on this durable thread.
+        :param checkpoint_id: With ``thread_id``, fork from this earlier checkpoint.
+        :param generation_kwargs: Settings for the chat generator for this run.
+        :param tools: The tools for this run.
+        :param hook_context: Per-run resources for hooks.
+        :param kwargs: Initial values for state keys, and the prompts' variables.
+        :returns: An async iterator of events.
+        """
+        await self.warm_up_async()
+        await warm_up_tools_async(runtime_tools(tools))
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Any] = asyncio.Queue()
+
+        def deliver(event: Any) -> None:  # tool calls emit from worker threads
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        sink = EventSink(deliver, thread_id)
+        control = RunControl()
+        options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
+        flow, effects = self._start(messages, kwargs, options, is_async=True, sink=sink, control=control)
+
+        async def work() -> None:
+            try:
+                outputs = await drive_async(flow, effects)
+                sink.emit(RunFinished, outputs=outputs)
+            except BaseException as exc:
+                _report(sink, exc)
+                deliver(_Raised(exc))
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                deliver(_DONE)
+
+        task = asyncio.ensure_future(work())
+        try:
+            while (item := await events.get()) is not _DONE:
+                if isinstance(item, _Raised):
+                    raise item.error
+                yield item
+        finally:
+            if not task.done():
+                control.cancel()
+                task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def _report(sink: EventSink, error: BaseException) -> None:
+    """Emit the ``RunFailed`` event for an error that ends a run."""
+    cancelled = isinstance(error, RunCancelled | asyncio.CancelledError)
+    sink.emit(RunFailed, error=str(error), error_type=type(error).__name__, cancelled=cancelled)
+
+
+def _pump(
+    flow: Generator[Effect, Any, dict[str, Any]],
+    effects: Effects,
+    sink: EventSink,
+    events: queue.SimpleQueue[Any],
+    control: RunControl,
+) -> Iterator[AgentEvent]:
+    """Drive the run in a worker thread, yielding its events; cancel it if the consumer stops early."""
+
+    def work() -> None:
+        try:
+            outputs = drive(flow, effects)
+            sink.emit(RunFinished, outputs=outputs)
+        except BaseException as exc:
+            _report(sink, exc)
+            events.put(_Raised(exc))
+        finally:
+            events.put(_DONE)
+
+    context = contextvars.copy_context()  # the caller's tracing span stays the run's parent
+    worker = threading.Thread(target=context.run, args=(work,), name="haystack-state-stream", daemon=True)
+    worker.start()
+    try:
+        while (item := events.get()) is not _DONE:
+            if isinstance(item, _Raised):
+                raise item.error
+            yield item
+    finally:
+        control.cancel()  # a no-op if the run is over; otherwise it stops before its next effect
+        worker.join()
