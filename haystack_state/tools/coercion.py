@@ -7,6 +7,9 @@ so the function receives a dataclass instance, an Enum member, a model instance 
 right type pass through unchanged). A dict (or a list of dicts) for a class with a ``from_dict`` classmethod
 (haystack's ``Document``, ``ChatMessage``...) is converted with ``from_dict`` instead, as haystack-ai's
 ``ComponentTool`` does. Values of types pydantic cannot validate are passed through as they are.
+
+A parameter whose default is written as a pydantic ``Field(...)`` (``top_k: int = Field(5, ge=1)``) and that the
+call leaves out gets the field's default (or ``default_factory()``), not the ``FieldInfo`` object Python would pass.
 """
 
 from __future__ import annotations
@@ -17,17 +20,21 @@ from collections.abc import Mapping
 from typing import Any, get_args, get_origin
 
 from pydantic import TypeAdapter
+from pydantic.fields import FieldInfo
 
 from haystack_state.tools.annotations import unwrap_optional
 
-__all__ = ["coerce_arguments", "coerce_value"]
+__all__ = ["coerce_arguments", "coerce_value", "field_defaults"]
 
 _UNHANDLED: Any = object()
 
 
-def coerce_arguments(annotations: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+def coerce_arguments(
+    annotations: Mapping[str, Any], arguments: Mapping[str, Any], field_defaults: Mapping[str, FieldInfo] | None = None
+) -> dict[str, Any]:
     """
-    Convert the arguments named in ``annotations`` to their types; leave the others untouched.
+    Convert the arguments named in ``annotations`` to their types; leave the others untouched; fill in the defaults
+    written as ``Field(...)`` of the parameters the call leaves out.
 
     Usage example:
 
@@ -42,6 +49,7 @@ def coerce_arguments(annotations: Mapping[str, Any], arguments: Mapping[str, Any
 
     :param annotations: The annotation of each model-visible parameter.
     :param arguments: The call's keyword arguments.
+    :param field_defaults: The ``Field(...)`` default of each parameter that has one (see :func:`field_defaults`).
     :returns: A new dict of arguments.
     :raises pydantic.ValidationError: If a value does not fit its parameter's type.
     """
@@ -49,7 +57,20 @@ def coerce_arguments(annotations: Mapping[str, Any], arguments: Mapping[str, Any
     for name, annotation in annotations.items():
         if name in result:
             result[name] = coerce_value(result[name], annotation)
+    for name, info in (field_defaults or {}).items():
+        if name not in result and not info.is_required():
+            result[name] = info.get_default(call_default_factory=True, validated_data={})
     return result
+
+
+def field_defaults(defaults: Mapping[str, Any]) -> dict[str, FieldInfo]:
+    """
+    Pick the defaults written as pydantic ``Field(...)`` out of a function's parameter defaults.
+
+    :param defaults: Each parameter's default.
+    :returns: The ``FieldInfo`` defaults, by parameter name.
+    """
+    return {name: default for name, default in defaults.items() if isinstance(default, FieldInfo)}
 
 
 def coerce_value(value: Any, annotation: Any) -> Any:
