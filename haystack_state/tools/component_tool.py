@@ -20,11 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 from haystack.core.component import Component, InputSocket, OutputSocket
-from haystack.core.super_component import SuperComponent
+from haystack.core.pipeline.base import PipelineBase
 from haystack.tools.component_tool import ComponentTool as HaystackComponentTool
 
 from haystack_state.errors import ToolDefinitionError
 from haystack_state.tools.annotations import is_state_annotation
+from haystack_state.tools.coercion import binary_strings_to_bytes
 from haystack_state.tools.docstrings import parse_docstring
 from haystack_state.tools.parameters import EMPTY, ToolParameter, layout_parameters
 from haystack_state.tools.validation import check_outputs_to_state, check_outputs_to_string, check_tool_name
@@ -68,22 +69,26 @@ def component_param_descriptions(component: Any) -> dict[str, str]:
     Describe a component's inputs from docstrings, as haystack-ai's ``ComponentTool`` does.
 
     The ``:param:`` lines of the component's ``run`` docstring (Google, reST or NumPy style) describe its inputs. For a
-    ``SuperComponent``, an input mapped to pipeline components is described by their ``run`` docstrings instead:
-    ``"Provided to the 'retriever' component as: 'The query.'"``, joined with ``", and "`` when it feeds several.
+    ``SuperComponent`` (or a ``@super_component`` class), an input mapped to pipeline components is described by
+    their ``run`` docstrings instead: ``"Provided to the 'retriever' component as: 'The query.'"``, joined with
+    ``", and "`` when it feeds several.
 
     :param component: A Haystack component instance.
     :returns: The description of each documented input, by name.
     """
     run = getattr(component, "run", None)
     descriptions = dict(parse_docstring(run).params) if run is not None else {}
-    if not isinstance(component, SuperComponent):
+    pipeline = getattr(component, "pipeline", None)
+    input_mapping = getattr(component, "input_mapping", None)
+    # a SuperComponent: both classes (SuperComponent, and the base that @super_component uses) wrap a pipeline so
+    if not isinstance(pipeline, PipelineBase) or not isinstance(input_mapping, dict):
         return descriptions
-    for name, paths in component.input_mapping.items():
+    for name, paths in input_mapping.items():
         found = []
         for path in paths:
-            component_name, _, socket_name = path.partition(".")
+            component_name, _, socket_name = str(path).partition(".")
             try:
-                inner = component.pipeline.get_component(component_name)
+                inner = pipeline.get_component(component_name)
             except Exception:  # a mapping the SuperComponent itself would reject: no description from it
                 continue
             text = parse_docstring(inner.run).params.get(socket_name) if socket_name else None
@@ -221,6 +226,7 @@ class ComponentTool(HaystackComponentTool):
             )
         except (TypeError, ValueError) as error:  # haystack's own checks, should ours have missed one
             raise ToolDefinitionError(tool_name, [f"Tool '{tool_name}': {error}"]) from error
+        self._call_variadic_sockets_with_lists()
 
     @property
     def component(self) -> Component:
@@ -232,7 +238,39 @@ class ComponentTool(HaystackComponentTool):
         return self._derived_schema
 
     def _convert_param(self, param_value: Any, param_type: type) -> Any:
-        # The injected State is passed as it is; haystack converts every other argument to its socket type.
+        # The injected State is passed as it is; haystack converts every other argument to its socket type, once the
+        # strings the model sent for bytes fields (ByteStream.data) are bytes.
         if is_state_annotation(param_type):
             return param_value
-        return super()._convert_param(param_value, param_type)
+        return super()._convert_param(binary_strings_to_bytes(param_value, param_type), param_type)
+
+    def _call_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Convert the arguments to their socket types; a variadic socket receives its value as its only input."""
+        sockets = input_sockets(self._component)
+        converted: dict[str, Any] = {}
+        for name, value in arguments.items():
+            socket = sockets[name]
+            socket_type: Any = socket.type
+            item = self._convert_param(value, socket_type)
+            converted[name] = [item] if socket.is_variadic else item
+        return converted
+
+    def _call_variadic_sockets_with_lists(self) -> None:
+        """
+        Call the component so that a variadic socket (``Variadic[list[Document]]``, a joiner's input) gets a list of
+        the one value the model sent. The schema shows such a socket with its item type (haystack-ai's schema); its
+        own invoker passes the value unwrapped, and the component then fails on it.
+        """
+        component = self._component
+        if not any(socket.is_variadic for socket in input_sockets(component).values()):
+            return
+
+        def invoke(**kwargs: Any) -> dict[str, Any]:
+            return dict(component.run(**self._call_arguments(kwargs)))
+
+        async def invoke_async(**kwargs: Any) -> dict[str, Any]:
+            return dict(await component.run_async(**self._call_arguments(kwargs)))  # type: ignore[attr-defined]
+
+        self.function = invoke
+        if self.async_function is not None:
+            self.async_function = invoke_async

@@ -39,11 +39,17 @@ __all__ = ["component_schema_type"]
 
 _MISSING: Any = ...
 
+# When two different models share a class name (a dataclass rewritten here and the same dataclass described natively
+# by pydantic elsewhere in one schema), pydantic names their $defs after module and class. haystack-ai's rewritten
+# models live in this module, so ours claim it too: the $defs keys then match too.
+_HAYSTACK_MODULE = "haystack.tools.parameters_schema_utils"
+
 
 class _ToolSchemaPlaceholder(BaseModel):
     # Name and wording as haystack-ai's placeholder: they appear in the schema ($defs key and descriptions).
     """Placeholder model representing a Tool for JSON schema generation."""
 
+    __module__ = _HAYSTACK_MODULE
     name: str = Field(description="Name of the tool")
     description: str = Field(description="Description of the tool")
     parameters: dict[str, Any] = Field(description="JSON schema of the tool parameters")
@@ -52,6 +58,7 @@ class _ToolSchemaPlaceholder(BaseModel):
 class _ToolsetSchemaPlaceholder(BaseModel):
     """Placeholder model representing a Toolset for JSON schema generation."""
 
+    __module__ = _HAYSTACK_MODULE
     tools: list[_ToolSchemaPlaceholder] = Field(description="List of tools in the toolset")
 
 
@@ -104,24 +111,33 @@ def component_schema_type(annotation: Any) -> Any:
     return annotation
 
 
-def _dataclass_model(cls: type) -> type[BaseModel] | None:
-    """The described model of a dataclass (built once), or ``None`` to let pydantic describe it natively."""
+def _dataclass_model(cls: type) -> Any:
+    """
+    The described model of a dataclass (built once), or ``None`` to let pydantic describe it natively.
+
+    Inside its own conversion, a dataclass that refers to itself (``children: list[Node]``) is the model's name as a
+    forward reference, which pydantic resolves to the model being made (haystack-ai gets the same schema when the
+    dataclass's annotations are strings, and recurses forever when they are not). Dataclasses that refer to each
+    other are described natively.
+    """
     if cls in _models:
         return _models[cls]
-    converting: set[type] = _local.__dict__.setdefault("converting", set())
+    converting: list[type] = _local.__dict__.setdefault("converting", [])
     if cls in converting:
+        if converting[-1] is cls:
+            return cls.__name__
         raise _RecursiveDataclass(cls)
-    converting.add(cls)
+    converting.append(cls)
     try:
         model = _build_model(cls)
     except _RecursiveDataclass as error:
-        if error.cls is not cls:  # the dataclass that contains itself is the one described natively
+        if error.cls is not cls:  # the dataclass that closes the cycle is the one described natively
             raise
         model = None
     except Exception:  # anything pydantic refuses: describe the dataclass natively instead
         model = None
     finally:
-        converting.discard(cls)
+        converting.pop()
     with _models_lock:
         _models.setdefault(cls, model)
     return _models[cls]
@@ -151,4 +167,4 @@ def _build_model(cls: type) -> type[BaseModel] | None:
         annotation = component_schema_type(hints.get(item.name, item.type))
         # internal names with the field name as alias: fields called "json" or "model_config" work too
         definitions[f"field_{index}"] = (annotation, Field(default, alias=name, description=description))
-    return create_model(cls.__name__, **definitions)
+    return create_model(cls.__name__, __module__=_HAYSTACK_MODULE, **definitions)
