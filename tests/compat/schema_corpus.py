@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Optional, Union
 
 from haystack import Document, Pipeline, SuperComponent, component, super_component
+from haystack.components.agents import Agent as HaystackAgent
 from haystack.components.agents.state import State as HaystackState
 from haystack.components.builders import ChatPromptBuilder, PromptBuilder
 from haystack.components.joiners import DocumentJoiner
@@ -33,6 +34,7 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
 from haystack_state.state import State
+from haystack_state.testing import ScriptedChatGenerator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -574,6 +576,12 @@ class DecoratedSuper:
         self.output_mapping = {"processor.result": "result"}
 
 
+def haystack_agent() -> HaystackAgent:
+    return HaystackAgent(
+        chat_generator=ScriptedChatGenerator(script=["Done."]), state_schema={"notes": {"type": list[str]}}
+    )
+
+
 def store_with_documents() -> InMemoryDocumentStore:
     store = InMemoryDocumentStore()
     store.write_documents([Document(content="Paris is in France"), Document(content="Rome is in Italy")])
@@ -937,4 +945,12 @@ CASES: list[Case] = [
         invalid=(({"question": "why?"}, "documents"),),
     ),
     Case("super_component_decorated", "component", DecoratedSuper, valid=({"text": "hi"},)),
+    Case(
+        "haystack_agent_as_tool",
+        "component",
+        haystack_agent,
+        options={"name": "sub_agent", "description": "A helper agent."},
+        valid=({"messages": [{"role": "user", "content": [{"text": "hi"}]}], "notes": ["n"]},),
+        invalid=(({"messages": [{"role": "user", "content": "hi"}]}, "messages.0.content"),),
+    ),
 ]
