@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from haystack.tools.errors import SchemaGenerationError
+
 
 class HaystackStateError(Exception):
     """Base class of every error raised by haystack-state."""
@@ -76,9 +78,12 @@ class StateSerializationError(HaystackStateError, ValueError):
 # --- Tools -----------------------------------------------------------------------------------------
 
 
-class ToolDefinitionError(HaystackStateError, ValueError):
+class ToolDefinitionError(HaystackStateError, ValueError, SchemaGenerationError):
     """
     A tool definition is invalid. Raised when the tool is created, listing every problem at once.
+
+    It is a ``ValueError`` and a haystack-ai ``SchemaGenerationError``: haystack-ai raises the one or the other for
+    the same mistakes, so code catching either keeps working.
 
     :param tool_name: The name of the tool at fault.
     :param problems: One human-readable sentence per problem.

@@ -95,16 +95,20 @@ def contains_callable(annotation: Any) -> bool:
 
 def annotation_description(annotation: Any) -> str | None:
     """
-    Return the description written as the first string in ``Annotated[T, "description", ...]``.
+    Return the description written in ``Annotated[T, "description", ...]``.
+
+    As in haystack-ai, it is the first metadata of the ``Annotated``, as written. When the first metadata is not a
+    string (``Annotated[int, Field(ge=1), "text"]``, which haystack-ai turns into a schema it then rejects), the first
+    string metadata is used instead.
 
     :param annotation: A type annotation.
-    :returns: The first string metadata of an ``Annotated`` annotation, stripped; ``None`` when there is none.
+    :returns: The description; ``None`` when the annotation is not ``Annotated`` or carries no string.
     """
     if get_origin(annotation) is not Annotated:
         return None
     for metadata in annotation.__metadata__:
-        if isinstance(metadata, str) and metadata.strip():
-            return metadata.strip()
+        if isinstance(metadata, str):
+            return metadata
     return None
 
 

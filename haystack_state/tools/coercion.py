@@ -7,27 +7,42 @@ so the function receives a dataclass instance, an Enum member, a model instance 
 right type pass through unchanged). A dict (or a list of dicts) for a class with a ``from_dict`` classmethod
 (haystack's ``Document``, ``ChatMessage``...) is converted with ``from_dict`` instead, as haystack-ai's
 ``ComponentTool`` does. Values of types pydantic cannot validate are passed through as they are.
+
+JSON has no bytes: pydantic describes a ``bytes`` field as a string (``"format": "binary"``), so a string sent for a
+``bytes`` field of a dataclass (``ByteStream.data``, also inside a ``Document``'s ``blob``) is turned into its UTF-8
+bytes before ``from_dict`` sees it, as pydantic itself would (haystack-ai passes the string on and
+``ByteStream.from_dict`` fails).
+
+A parameter whose default is written as a pydantic ``Field(...)`` (``top_k: int = Field(5, ge=1)``) and that the
+call leaves out gets the field's default (or ``default_factory()``), not the ``FieldInfo`` object Python would pass.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import functools
+import types
+import typing
 from collections.abc import Mapping
-from typing import Any, get_args, get_origin
+from typing import Any, Union, get_args, get_origin
 
 from pydantic import TypeAdapter
+from pydantic.fields import FieldInfo
 
 from haystack_state.tools.annotations import unwrap_optional
 
-__all__ = ["coerce_arguments", "coerce_value"]
+__all__ = ["binary_strings_to_bytes", "coerce_arguments", "coerce_value", "field_defaults"]
 
 _UNHANDLED: Any = object()
 
 
-def coerce_arguments(annotations: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+def coerce_arguments(
+    annotations: Mapping[str, Any], arguments: Mapping[str, Any], field_defaults: Mapping[str, FieldInfo] | None = None
+) -> dict[str, Any]:
     """
-    Convert the arguments named in ``annotations`` to their types; leave the others untouched.
+    Convert the arguments named in ``annotations`` to their types; leave the others untouched; fill in the defaults
+    written as ``Field(...)`` of the parameters the call leaves out.
 
     Usage example:
 
@@ -42,6 +57,7 @@ def coerce_arguments(annotations: Mapping[str, Any], arguments: Mapping[str, Any
 
     :param annotations: The annotation of each model-visible parameter.
     :param arguments: The call's keyword arguments.
+    :param field_defaults: The ``Field(...)`` default of each parameter that has one (see :func:`field_defaults`).
     :returns: A new dict of arguments.
     :raises pydantic.ValidationError: If a value does not fit its parameter's type.
     """
@@ -49,7 +65,20 @@ def coerce_arguments(annotations: Mapping[str, Any], arguments: Mapping[str, Any
     for name, annotation in annotations.items():
         if name in result:
             result[name] = coerce_value(result[name], annotation)
+    for name, info in (field_defaults or {}).items():
+        if name not in result and not info.is_required():
+            result[name] = info.get_default(call_default_factory=True, validated_data={})
     return result
+
+
+def field_defaults(defaults: Mapping[str, Any]) -> dict[str, FieldInfo]:
+    """
+    Pick the defaults written as pydantic ``Field(...)`` out of a function's parameter defaults.
+
+    :param defaults: Each parameter's default.
+    :returns: The ``FieldInfo`` defaults, by parameter name.
+    """
+    return {name: default for name, default in defaults.items() if isinstance(default, FieldInfo)}
 
 
 def coerce_value(value: Any, annotation: Any) -> Any:
@@ -61,11 +90,62 @@ def coerce_value(value: Any, annotation: Any) -> Any:
     :returns: The converted value.
     :raises pydantic.ValidationError: If the value does not fit the type.
     """
-    converted = _from_dict(value, unwrap_optional(annotation))
+    converted = _from_dict(binary_strings_to_bytes(value, annotation), unwrap_optional(annotation))
     if converted is not _UNHANDLED:
         return converted
     adapter = _adapter(annotation)
     return adapter.validate_python(value) if adapter is not None else value
+
+
+def binary_strings_to_bytes(value: Any, annotation: Any) -> Any:
+    """
+    Turn the strings a model sent for ``bytes`` fields of dataclasses into UTF-8 bytes, leaving all else as it is.
+
+    Usage example:
+
+    .. code-block:: python
+
+        from haystack.dataclasses import ByteStream
+
+        assert binary_strings_to_bytes({"data": "abc"}, ByteStream) == {"data": b"abc"}
+
+    :param value: The value (parsed JSON): a dict for a dataclass, a list for a list of them.
+    :param annotation: The type it is for (``Optional``, unions, ``list``/``Sequence`` and nested dataclasses are
+        followed; a dataclass field named ``_x`` is also found as ``x``, like ``ChatMessage``'s).
+    :returns: The value, or a copy with those strings encoded.
+    """
+    target = unwrap_optional(annotation)
+    if target is bytes:
+        return value.encode() if isinstance(value, str) else value
+    origin = get_origin(target)
+    if origin in (list, collections.abc.Sequence) and isinstance(value, list) and get_args(target):
+        return [binary_strings_to_bytes(item, get_args(target)[0]) for item in value]
+    if origin in (Union, types.UnionType) and isinstance(value, dict):
+        for member in get_args(target):
+            converted = binary_strings_to_bytes(value, member)
+            if converted is not value:
+                return converted
+        return value
+    if not (isinstance(target, type) and dataclasses.is_dataclass(target) and isinstance(value, dict)):
+        return value
+    result = value
+    for name, field_type in _field_types(target).items():
+        for key in {name, name.lstrip("_")} & value.keys():
+            converted = binary_strings_to_bytes(value[key], field_type)
+            if converted is not value[key]:
+                if result is value:
+                    result = dict(value)
+                result[key] = converted
+    return result
+
+
+@functools.lru_cache(maxsize=256)
+def _field_types(cls: type) -> dict[str, Any]:
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # unresolvable annotations: nothing to follow
+        return {}
+    return {item.name: hints[item.name] for item in dataclasses.fields(cls) if item.name in hints}
 
 
 def _adapter(annotation: Any) -> TypeAdapter[Any] | None:

@@ -1,13 +1,14 @@
 """
-Reading a tool's description and its parameters' descriptions from a docstring.
+Reading parameter descriptions from docstrings, the way haystack-ai's ``ComponentTool`` reads them.
 
 Google, reST (``:param x:``) and NumPy styles are recognised (through ``docstring-parser``, which picks the style
-that matches best).
+that matches best). The docstring is the one :func:`inspect.getdoc` returns: cleaned of its indentation, and
+inherited from a base class when the object has none of its own (a component subclass whose ``run`` has no docstring
+is described by its parent's).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,8 @@ class DocstringInfo:
     What a docstring says about a callable.
 
     :param description: The summary and the longer description, without the parameter and return sections.
-    :param params: The description of each documented parameter, with its whitespace collapsed.
+    :param params: The description of each documented parameter, stripped of surrounding whitespace (its inner line
+        breaks kept); ``""`` for a parameter listed without a description.
     """
 
     description: str = ""
@@ -49,26 +51,17 @@ def parse_docstring(obj: Any) -> DocstringInfo:
         assert info.description == "Search the knowledge base."
         assert info.params == {"query": "What to look for."}
 
-    :param obj: The object whose docstring to read. Only its own docstring counts (none is inherited), and the
-        signature that ``@dataclass`` writes into an undocumented dataclass is not a description.
-    :returns: The description and parameter descriptions; empty ones when there is no docstring.
+    :param obj: The object whose docstring to read.
+    :returns: The description and parameter descriptions; empty ones when there is no docstring. A docstring the
+        parser cannot read gives its whole text as the description and no parameter descriptions.
     """
-    own = getattr(obj, "__doc__", None)
-    if not isinstance(own, str) or not own.strip():
-        return DocstringInfo()
-    if dataclasses.is_dataclass(obj) and isinstance(obj, type) and own.startswith(f"{obj.__name__}("):
-        return DocstringInfo()
-    text = inspect.cleandoc(own)
-    if not text:
+    text = inspect.getdoc(obj)
+    if not text or not text.strip():
         return DocstringInfo()
     try:
         parsed = parse(text)
     except Exception:  # a docstring the parser cannot read still has a description: the raw text
         return DocstringInfo(description=text.strip())
     parts = [part.strip() for part in (parsed.short_description, parsed.long_description) if part and part.strip()]
-    params = {
-        param.arg_name: " ".join(param.description.split())
-        for param in parsed.params
-        if param.description and param.description.strip()
-    }
+    params = {param.arg_name: (param.description or "").strip() for param in parsed.params}
     return DocstringInfo(description="\n\n".join(parts), params=params)

@@ -25,8 +25,7 @@ from haystack.tools.tool import Tool
 from pydantic import ValidationError
 
 from haystack_state.errors import ToolDefinitionError
-from haystack_state.tools.coercion import coerce_arguments
-from haystack_state.tools.docstrings import parse_docstring
+from haystack_state.tools.coercion import coerce_arguments, field_defaults
 from haystack_state.tools.parameters import EMPTY, function_parameters, layout_parameters
 from haystack_state.tools.validation import check_outputs_to_state, check_outputs_to_string, check_tool_name
 
@@ -61,6 +60,7 @@ class FunctionTool(Tool):
             for param in params
             if param.name in visible and param.annotation is not EMPTY and param.unresolved is None
         }
+        self._field_defaults = field_defaults({param.name: param.default for param in params})
 
     @classmethod
     def from_function(
@@ -78,7 +78,8 @@ class FunctionTool(Tool):
 
         :param function: The function (sync or ``async def``).
         :param name: The tool's name; the function's ``__name__`` by default.
-        :param description: The tool's description; the docstring's summary and longer description by default.
+        :param description: The tool's description; the function's docstring as written by default (as in
+            haystack-ai); ``""`` for none.
         :param inputs_from_state: ``{"state_key": "param_name"}``: parameters filled from state, hidden from the model.
         :param outputs_to_state: ``{"state_key": {"source": "output_key", "handler": fn}}``, both keys optional.
         :param outputs_to_string: How the result is turned into the tool message (haystack-ai's format).
@@ -108,7 +109,7 @@ class FunctionTool(Tool):
         try:
             return cls(
                 name=tool_name,
-                description=description if description is not None else parse_docstring(function).description,
+                description=description if description is not None else (function.__doc__ or ""),
                 parameters=layout.schema,
                 function=None if is_async else function,
                 async_function=function if is_async else None,
@@ -135,7 +136,7 @@ class FunctionTool(Tool):
         :raises haystack.tools.errors.ToolInvocationError: If an argument does not fit its parameter's type.
         """
         try:
-            return coerce_arguments(self._argument_types, arguments)
+            return coerce_arguments(self._argument_types, arguments, self._field_defaults)
         except ValidationError as error:
             raise ToolInvocationError(
                 f"Invalid arguments for Tool `{self.name}`: {error}", tool_name=self.name
@@ -201,10 +202,11 @@ def tool(
     """
     Turn a function, sync or ``async def``, into a haystack ``Tool`` (a :class:`FunctionTool`).
 
-    The model sees a JSON schema built from the signature with pydantic (Literal, Optional, lists, dicts, Enums,
-    dataclasses and pydantic models included); parameters with a default are optional; each parameter is described
-    by ``Annotated[T, "text"]`` or, failing that, the docstring (Google, reST or NumPy style). The tool's
-    description is the docstring's summary and longer description unless ``description`` is given.
+    The model sees the JSON schema haystack-ai's ``@tool`` makes for the same function: pydantic's, from the
+    signature (Literal, Optional, lists, dicts, Enums, dataclasses and pydantic models as ``$defs``, ``Field(...)``
+    defaults, descriptions and constraints included); parameters with a default are optional; a parameter is
+    described by ``Annotated[T, "text"]``. The tool's description is the docstring as written (its ``:param:`` lines
+    included) unless ``description`` is given.
 
     Hidden from the model (injected by the tool runner instead): parameters named in ``inputs_from_state``,
     parameters annotated ``State``, ``State | None``, ``Optional[State]`` or ``Annotated[State, ...]`` (haystack-state's
@@ -235,7 +237,7 @@ def tool(
 
     :param function: The function, when used as ``@tool`` (without parentheses) or as ``tool(fn, ...)``.
     :param name: The tool's name; the function's ``__name__`` by default.
-    :param description: The tool's description; the docstring's by default.
+    :param description: The tool's description; the docstring, as written, by default.
     :param inputs_from_state: ``{"state_key": "param_name"}``: parameters filled from state keys.
     :param outputs_to_state: ``{"state_key": {"source": "output_key", "handler": fn}}``; without ``source`` the
         whole result is merged into the state key; ``handler(current, new)`` overrides the key's merge handler.

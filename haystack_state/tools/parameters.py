@@ -28,8 +28,14 @@ from haystack_state.tools.annotations import (
     is_state_annotation,
     resolve_annotations,
 )
-from haystack_state.tools.docstrings import parse_docstring
-from haystack_state.tools.json_schema import REQUIRED, SchemaField, build_parameters_schema, schema_failure
+from haystack_state.tools.json_schema import (
+    REQUIRED,
+    SchemaField,
+    SchemaStyle,
+    build_parameters_schema,
+    is_required_default,
+    schema_failure,
+)
 
 __all__ = [
     "STREAMING_CALLBACK",
@@ -53,8 +59,9 @@ class ToolParameter:
 
     :param name: The parameter name.
     :param annotation: Its resolved type annotation, or :data:`EMPTY`.
-    :param default: Its default value, or :data:`EMPTY` when it is required.
-    :param description: Its description (from ``Annotated`` or the docstring), if any.
+    :param default: Its default value (a pydantic ``Field(...)`` included), or :data:`EMPTY` when it has none.
+    :param description: What the schema says about it: for a function, the description written in
+        ``Annotated[T, "text"]``; for a component's input, the ``run`` docstring's.
     :param positional_only: Whether it cannot be passed by name.
     :param unresolved: Why its (string) annotation could not be resolved, if it could not.
     """
@@ -68,8 +75,8 @@ class ToolParameter:
 
     @property
     def required(self) -> bool:
-        """Whether the parameter has no default."""
-        return self.default is EMPTY
+        """Whether the parameter has no default (``Field(...)`` without a default counts as none)."""
+        return self.default is EMPTY or is_required_default(self.default)
 
 
 @dataclass(frozen=True)
@@ -97,8 +104,9 @@ def function_parameters(function: Callable[..., Any]) -> list[ToolParameter]:
     """
     Read the named parameters of a function, with their descriptions.
 
-    A description written in ``Annotated[T, "text"]`` wins over the docstring's (Google, reST or NumPy style).
-    ``*args`` and ``**kwargs`` are not named parameters and are left out.
+    As in haystack-ai, a parameter's description is the text written in ``Annotated[T, "text"]``; the docstring
+    describes the tool as a whole (its ``:param:`` lines are part of the tool's description, not copied into the
+    parameters). ``*args`` and ``**kwargs`` are not named parameters and are left out.
 
     :param function: A function, method, or other callable with a signature.
     :returns: One :class:`ToolParameter` per named parameter, in signature order.
@@ -107,7 +115,6 @@ def function_parameters(function: Callable[..., Any]) -> list[ToolParameter]:
     """
     signature = inspect.signature(function)
     annotations, unresolved = resolve_annotations(function)
-    doc_params = parse_docstring(function).params
     result: list[ToolParameter] = []
     for name, param in signature.parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -118,7 +125,7 @@ def function_parameters(function: Callable[..., Any]) -> list[ToolParameter]:
                 name=name,
                 annotation=annotation,
                 default=param.default,
-                description=annotation_description(annotation) or doc_params.get(name),
+                description=annotation_description(annotation),
                 positional_only=param.kind is param.POSITIONAL_ONLY,
                 unresolved=unresolved.get(name),
             )
@@ -131,6 +138,7 @@ def layout_parameters(
     *,
     tool_name: str,
     inputs_from_state: Mapping[Any, Any] | None = None,
+    style: SchemaStyle = "function",
 ) -> ParameterLayout:
     """
     Decide, for each parameter, whether the model fills it or the tool runner injects it; build the model's schema.
@@ -153,6 +161,8 @@ def layout_parameters(
     :param tool_name: The tool's name, used in problem messages.
     :param inputs_from_state: The tool's ``{"state_key": "param_name"}`` mapping. Its shape is checked here
         against the parameters (unknown parameters, a parameter filled twice, a State parameter filled from state).
+    :param style: How the schema describes the parameters: ``"function"`` or ``"component"`` (see
+        :func:`~haystack_state.tools.json_schema.build_parameters_schema`).
     :returns: The layout. Its ``problems`` are empty when the tool is usable.
     """
     problems: list[str] = []
@@ -194,7 +204,7 @@ def layout_parameters(
         else:
             candidates.append(param)
 
-    visible, schema = _visible_schema(candidates, tool_name, problems)
+    visible, schema = _visible_schema(candidates, tool_name, problems, style)
     return ParameterLayout(
         schema=schema,
         visible=tuple(param.name for param in visible),
@@ -237,7 +247,7 @@ def _mapped_parameters(
 
 
 def _visible_schema(
-    candidates: list[ToolParameter], tool_name: str, problems: list[str]
+    candidates: list[ToolParameter], tool_name: str, problems: list[str], style: SchemaStyle
 ) -> tuple[list[ToolParameter], dict[str, Any]]:
     """
     Build the model's schema, sorting out the parameters whose type has no JSON schema.
@@ -245,13 +255,12 @@ def _visible_schema(
     A required one is a problem; an optional one is left out of the schema (its default is used).
     """
     try:
-        return candidates, build_parameters_schema(_fields(candidates))
+        return candidates, build_parameters_schema(_fields(candidates), style=style)
     except Exception:  # some type has no JSON schema: find which, below
         pass
     visible: list[ToolParameter] = []
     for param in candidates:
-        default = REQUIRED if param.required else param.default
-        reason = schema_failure(param.annotation, default)
+        reason = schema_failure(param.annotation, _default(param), style)
         if reason is None:
             visible.append(param)
         elif param.required:
@@ -261,18 +270,18 @@ def _visible_schema(
                 "inputs_from_state."
             )
     try:
-        return visible, build_parameters_schema(_fields(visible))
+        return visible, build_parameters_schema(_fields(visible), style=style)
     except Exception as error:  # the types only fail together (rare): report it rather than guess
         problems.append(f"Tool '{tool_name}': its parameters cannot be described in a JSON schema ({error}).")
         return visible, {"type": "object", "properties": {}}
 
 
+def _default(param: ToolParameter) -> Any:
+    return REQUIRED if param.default is EMPTY else param.default
+
+
 def _fields(params: list[ToolParameter]) -> dict[str, SchemaField]:
     return {
-        param.name: SchemaField(
-            annotation=param.annotation,
-            default=REQUIRED if param.required else param.default,
-            description=param.description,
-        )
+        param.name: SchemaField(annotation=param.annotation, default=_default(param), description=param.description)
         for param in params
     }

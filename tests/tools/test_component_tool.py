@@ -99,7 +99,7 @@ def test_schema_comes_from_sockets_and_run_docstring() -> None:
     made = ComponentTool(DocumentSearch())
     assert isinstance(made, Tool) and isinstance(made, HaystackComponentTool)
     assert made.name == "document_search"
-    assert made.description == "Find documents about a topic.\n\nSearches the in-memory index."
+    assert made.description == DocumentSearch.__doc__  # the docstring as written, like haystack-ai
     assert made.parameters == {
         "type": "object",
         "properties": {

@@ -104,7 +104,7 @@ def test_bare_and_parametrized_decorator_make_haystack_tools() -> None:
 
     assert isinstance(plain, Tool) and isinstance(plain, FunctionTool)
     assert isinstance(other, Tool)
-    assert plain.name == "plain" and plain.description == "Plain."
+    assert plain.name == "plain" and plain.description == "Plain."  # the docstring as written
     assert other.name == "renamed" and other.description == "Custom description."
     assert plain.tool_spec == {"name": "plain", "description": "Plain.", "parameters": plain.parameters}
 
@@ -134,7 +134,6 @@ def test_function_form_matches_decorator() -> None:
         (Literal["a", "b"], {"type": "string", "enum": ["a", "b"]}),
         (Optional[int], {"anyOf": [{"type": "integer"}, {"type": "null"}]}),  # noqa: UP045 - the Optional form
         (int | None, {"anyOf": [{"type": "integer"}, {"type": "null"}]}),
-        (Unit, {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "A temperature unit."}),
     ],
 )
 def test_schema_of_simple_types(annotation: Any, expected: dict[str, Any]) -> None:
@@ -147,26 +146,34 @@ def test_schema_of_simple_types(annotation: Any, expected: dict[str, Any]) -> No
     Draft202012Validator.check_schema(made.parameters)
 
 
-def test_dataclass_schema_is_inlined_with_field_descriptions() -> None:
+def test_dataclasses_and_enums_are_defined_once_and_referenced() -> None:
     @tool
-    def go(place: Place, trip: Trip | None = None) -> None:
+    def go(place: Place, trip: Trip | None = None, unit: Unit = Unit.CELSIUS) -> None:
         """Go somewhere."""
 
-    props = properties(go)
-    assert props["place"] == {
+    schema = go.parameters
+    assert schema["properties"] == {
+        "place": {"$ref": "#/$defs/Place"},
+        "trip": {"anyOf": [{"$ref": "#/$defs/Trip"}, {"type": "null"}], "default": None},
+        "unit": {"$ref": "#/$defs/Unit", "default": "celsius"},
+    }
+    assert schema["$defs"]["Place"] == {
         "type": "object",
-        "description": "A place on earth.",
-        "properties": {
-            "city": {"type": "string", "description": "The city name."},
-            "country": {"type": "string", "description": "The ISO country code.", "default": "DE"},
-        },
+        "description": Place.__doc__.strip().replace("\n    ", "\n"),  # pydantic's reading of the docstring
+        "properties": {"city": {"type": "string"}, "country": {"type": "string", "default": "DE"}},
         "required": ["city"],
     }
-    trip_object = props["trip"]["anyOf"][0]
-    assert trip_object["properties"]["stops"]["items"]["properties"]["city"]["type"] == "string"
-    assert "$defs" not in go.parameters
-    assert not contains_key(go.parameters, "$ref")
-    assert not contains_key(go.parameters, "title")
+    assert schema["$defs"]["Trip"]["properties"]["stops"] == {"type": "array", "items": {"$ref": "#/$defs/Place"}}
+    assert schema["$defs"]["Unit"] == {
+        "type": "string",
+        "enum": ["celsius", "fahrenheit"],
+        "description": "A temperature unit.",
+    }
+    assert not contains_key(schema, "title")
+    validator = Draft202012Validator(schema)
+    assert validator.is_valid({"place": {"city": "Rome"}, "trip": {"stops": [{"city": "Oslo"}]}, "unit": "celsius"})
+    assert not validator.is_valid({"place": {"city": "Rome"}, "trip": {"stops": [{"country": "NO"}]}})
+    assert not validator.is_valid({"place": {"city": "Rome"}, "unit": "kelvin"})
 
 
 def test_pydantic_model_and_enum_schemas() -> None:
@@ -174,26 +181,26 @@ def test_pydantic_model_and_enum_schemas() -> None:
     def search(options: Options, unit: Unit = Unit.CELSIUS) -> None:
         """Search."""
 
-    props = properties(search)
-    assert props["options"]["description"] == "Search options."
-    assert props["options"]["properties"]["limit"] == {
+    options = search.parameters["$defs"]["Options"]
+    assert options["description"] == "Search options."
+    assert options["properties"]["limit"] == {
         "type": "integer",
         "default": 5,
         "description": "At most this many results.",
     }
-    assert props["unit"]["enum"] == ["celsius", "fahrenheit"]
-    assert props["unit"]["default"] == "celsius"
+    assert properties(search)["unit"] == {"$ref": "#/$defs/Unit", "default": "celsius"}
     assert search.parameters["required"] == ["options"]
 
 
-def test_recursive_model_keeps_only_its_own_definition() -> None:
+def test_recursive_model_is_referenced_from_inside_itself() -> None:
     @tool
     def walk(tree: TreeNode) -> None:
         """Walk a tree."""
 
     schema = walk.parameters
     assert set(schema["$defs"]) == {"TreeNode"}
-    assert schema["properties"]["tree"]["properties"]["children"]["items"] == {"$ref": "#/$defs/TreeNode"}
+    assert schema["properties"]["tree"] == {"$ref": "#/$defs/TreeNode"}
+    assert schema["$defs"]["TreeNode"]["properties"]["children"]["items"] == {"$ref": "#/$defs/TreeNode"}
     validator = Draft202012Validator(schema)
     assert validator.is_valid({"tree": {"value": 1, "children": [{"value": 2, "children": []}]}})
     assert not validator.is_valid({"tree": {"value": 1, "children": [{"value": "x"}]}})
@@ -257,6 +264,25 @@ def test_annotated_description() -> None:
     assert props["n"]["description"] == "From Field"
 
 
+def test_pydantic_field_defaults_constraints_and_examples() -> None:
+    @tool
+    def f(
+        top_k: Annotated[int, Field(ge=1, le=10)] = 3,
+        query: str = Field(description="What to find.", min_length=2, examples=["tax"]),
+        tags: list[str] = Field(default_factory=list, max_length=3),  # noqa: B008 - what is tested
+    ) -> dict[str, Any]:
+        """F."""
+        return {"top_k": top_k, "query": query, "tags": tags}
+
+    props = properties(f)
+    assert props["top_k"] == {"type": "integer", "minimum": 1, "maximum": 10, "default": 3}
+    assert props["query"] == {"type": "string", "description": "What to find.", "minLength": 2, "examples": ["tax"]}
+    assert props["tags"] == {"type": "array", "items": {"type": "string"}, "maxItems": 3}
+    assert f.parameters["required"] == ["query"]
+    # a Field(...) default the call leaves out is its value (or its factory's), not the FieldInfo object
+    assert f.invoke(query="tax") == {"top_k": 3, "query": "tax", "tags": []}
+
+
 def google(query: str, top_k: int = 3) -> None:
     """
     Search the web.
@@ -298,15 +324,15 @@ def numpy(query: str, top_k: int = 3) -> None:
 
 
 @pytest.mark.parametrize("function", [google, rest, numpy], ids=["google", "rest", "numpy"])
-def test_docstring_styles(function: Callable[..., Any]) -> None:
+def test_the_whole_docstring_is_the_description(function: Callable[..., Any]) -> None:
+    # As in haystack-ai: the docstring, parameter section included, describes the tool; the parameters themselves
+    # carry only the descriptions written in Annotated[...].
     made = tool(function)
-    assert made.description == "Search the web.\n\nLooks things up online."
-    props = properties(made)
-    assert props["query"]["description"] == "What to search for."
-    assert props["top_k"]["description"] == "How many results."
+    assert made.description == function.__doc__
+    assert properties(made) == {"query": {"type": "string"}, "top_k": {"type": "integer", "default": 3}}
 
 
-def test_annotated_wins_over_docstring_and_missing_docstring_gives_empty_description() -> None:
+def test_annotated_description_and_missing_docstring_gives_empty_description() -> None:
     def f(query: Annotated[str, "From Annotated"]) -> None:
         pass
 
@@ -607,30 +633,29 @@ def test_to_dict_from_dict_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- haystack dataclasses --------------------------------------------------------------------------
 
 
-def test_haystack_documents_are_described_and_converted_with_from_dict() -> None:
+def test_haystack_documents_are_referenced_and_converted_with_from_dict() -> None:
     @tool
     def index(docs: list[Document], extra: Document | None = None) -> list[Any]:
         """Index documents."""
         return [docs, extra]
 
-    item = properties(index)["docs"]["items"]
-    assert item["type"] == "object"
-    assert {"content", "meta"} <= set(item["properties"])
+    assert properties(index)["docs"] == {"type": "array", "items": {"$ref": "#/$defs/Document"}}
+    assert {"content", "meta"} <= set(index.parameters["$defs"]["Document"]["properties"])
     docs, extra = index.invoke(docs=[{"content": "hi", "meta": {"a": 1}}], extra=None)
     assert docs == [Document(content="hi", meta={"a": 1})]
     assert extra is None
 
 
-def test_chat_message_fields_are_shown_without_their_underscore() -> None:
+def test_chat_messages_are_converted_with_from_dict_whatever_the_field_names() -> None:
     @tool
     def reply(messages: list[ChatMessage]) -> str:
         """Reply."""
         return messages[0].text or ""
 
-    item = properties(reply)["messages"]["items"]
-    assert {"role", "content"} <= set(item["properties"])
-    assert not any(name.startswith("_") for name in item["properties"])
-    assert reply.invoke(messages=[{"role": "user", "content": [{"text": "hello"}]}]) == "hello"
+    # pydantic shows ChatMessage's own field names (haystack-ai's @tool does the same); from_dict reads both forms
+    assert {"_role", "_content"} <= set(reply.parameters["$defs"]["ChatMessage"]["properties"])
+    assert reply.invoke(messages=[{"_role": "user", "_content": [{"text": "hello"}]}]) == "hello"
+    assert reply.invoke(messages=[{"role": "user", "content": [{"text": "hi"}]}]) == "hi"
 
 
 def test_inputs_from_state_that_is_not_a_dict() -> None:
