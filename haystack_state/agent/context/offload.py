@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, overload
 
-from haystack.dataclasses import ChatMessage, TextContent, ToolCallResult
+from haystack.dataclasses import ChatMessage, ChatRole, TextContent, ToolCallResult
 from haystack.tools.tool import Tool
 
 from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase
@@ -176,7 +176,7 @@ class OffloadToolResults(PolicyBase):
         self.preview_chars = preview_chars
         self.limits = limits if tools is not None else None
         self.reader_tool = reader_tool
-        self._previews: IdentityCache[ChatMessage] = IdentityCache()
+        self._previews: IdentityCache[ChatMessage | bool] = IdentityCache()  # False: sent as it is
 
     def limit(self, tool_name: str) -> int | None:
         """
@@ -198,16 +198,19 @@ class OffloadToolResults(PolicyBase):
         :param message: A message of the conversation.
         :returns: The message or its preview.
         """
-        result = message.tool_call_result
-        if result is None:
-            return message
-        limit = self.limit(result.origin.tool_name)
-        text = result_text(result) if limit is not None else None
-        if text is None or limit is None or len(text) <= limit:
+        if message.role is not ChatRole.TOOL:
             return message
         cached = self._previews.get(message)
-        if cached is not None:
+        if isinstance(cached, ChatMessage):
             return cached
+        if cached is False:
+            return message
+        result = message.tool_call_result
+        limit = self.limit(result.origin.tool_name) if result is not None else None
+        text = result_text(result) if result is not None and limit is not None else None
+        if result is None or text is None or limit is None or len(text) <= limit:
+            self._previews.put(message, False)
+            return message
         call_id = result.origin.id
         shown = text[: self.preview_chars]
         if call_id is not None and self.reader_tool:

@@ -53,7 +53,7 @@ def is_turn_start(message: ChatMessage) -> bool:
     :param message: The message.
     :returns: True if it starts a turn.
     """
-    return message.is_from(ChatRole.USER) and not is_context_note(message)
+    return message.role is ChatRole.USER and not is_context_note(message)
 
 
 def head_end(messages: Sequence[ChatMessage]) -> int:
@@ -64,7 +64,7 @@ def head_end(messages: Sequence[ChatMessage]) -> int:
     :returns: The index of the first message after the head.
     """
     end = 0
-    while end < len(messages) and (messages[end].is_from(ChatRole.SYSTEM) or is_context_note(messages[end])):
+    while end < len(messages) and (messages[end].role is ChatRole.SYSTEM or is_context_note(messages[end])):
         end += 1
     return end
 
@@ -92,7 +92,7 @@ def step_back_to_cut(messages: Sequence[ChatMessage], index: int, floor: int) ->
     :param floor: The lowest allowed cut.
     :returns: The cut.
     """
-    while floor < index < len(messages) and messages[index].tool_call_results:
+    while floor < index < len(messages) and messages[index].role is ChatRole.TOOL:
         index -= 1
     return index
 
@@ -113,7 +113,7 @@ def must_keep_from(messages: Sequence[ChatMessage], run_start: int, head: int) -
     return step_back_to_cut(messages, max(start, head), head)
 
 
-def call_key(call_id: str | None, tool_name: str) -> tuple[str, str] | tuple[None, str]:
+def call_key(call_id: str | None, tool_name: str) -> tuple[str | None, str]:
     """
     What pairs a tool result with its call: the call id, or the tool's name for a call without an id.
 
@@ -125,13 +125,18 @@ def call_key(call_id: str | None, tool_name: str) -> tuple[str, str] | tuple[Non
 
 
 def _paired(window: list[ChatMessage]) -> list[ChatMessage | None]:
-    """The window with None for each tool message whose results' calls are not in it (only in hand-made histories)."""
-    if not any(message.tool_call_results for message in window):
-        return list(window)
-    calls = {call_key(call.id, call.tool_name) for message in window for call in message.tool_calls}
+    """
+    The window, with None for each tool message none of whose results has its call earlier in the window (and a
+    copy holding only the paired results where some have): possible only in hand-made histories.
+    """
+    calls: set[tuple[str | None, str]] = set()
     kept: list[ChatMessage | None] = []
     for message in window:
-        results = message.tool_call_results
+        results = message.tool_call_results if message.role is ChatRole.TOOL else []
+        if not results:
+            calls.update(call_key(call.id, call.tool_name) for call in message.tool_calls)
+            kept.append(message)
+            continue
         paired = [r for r in results if call_key(r.origin.id, r.origin.tool_name) in calls]
         if len(paired) == len(results):
             kept.append(message)

@@ -193,7 +193,7 @@ class SummaryRequest:
         :raises ValueError: If no reply has text (the summary is then not written; the messages stay unsummarized).
         """
         text = next(
-            (r.text.strip() for r in replies if r.is_from(ChatRole.ASSISTANT) and r.text and r.text.strip()), ""
+            (r.text.strip() for r in replies if r.role is ChatRole.ASSISTANT and r.text and r.text.strip()), ""
         )
         if not text:
             raise ValueError(

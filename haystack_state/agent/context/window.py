@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from haystack.dataclasses import ChatRole
 from haystack.token_counters import TokenCounter
 from haystack.utils.deserialization import deserialize_component_inplace
 
@@ -135,10 +136,11 @@ class TokenBudget(PolicyBase):
             )
         else:
             for index in range(keep - 1, head - 1, -1):
-                used += meter.message(messages[index])
+                message = messages[index]
+                used += meter.message(message)
                 if used > self.max_tokens:
                     break
-                if not messages[index].tool_call_results:
+                if message.role is not ChatRole.TOOL:
                     cut = index
         sent, run_start = assemble(messages, head, cut, view.run_start)
         return ContextPlan(sent, run_start=run_start)
