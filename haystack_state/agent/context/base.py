@@ -237,17 +237,17 @@ class ComposePolicies(PolicyBase):
         for position, policy in enumerate(flat):
             if not callable(getattr(policy, "plan", None)):
                 raise ValueError(f"ComposePolicies: item {position} ({policy!r}) is not a context policy (no plan()).")
-            if getattr(policy, "folds_summary", False):
-                moved = [p for p in flat[:position] if not getattr(p, "preserves_positions", False)]
-                if moved:
-                    raise ValueError(
-                        f"ComposePolicies: {type(policy).__name__} folds stored messages into the summary, so it must "
-                        f"see them at their stored positions, but it comes after {type(moved[0]).__name__}, which "
-                        f"moves them. Put {type(policy).__name__} first."
-                    )
         folding = [p for p in flat if getattr(p, "folds_summary", False)]
         if len(folding) > 1:
             raise ValueError("ComposePolicies: only one policy may fold the conversation into the summary.")
+        for position, policy in enumerate(flat):
+            moved = [p for p in flat[:position] if not getattr(p, "preserves_positions", False)]
+            if getattr(policy, "folds_summary", False) and moved:
+                raise ValueError(
+                    f"ComposePolicies: {type(policy).__name__} folds stored messages into the summary, so it must "
+                    f"see them at their stored positions, but it comes after {type(moved[0]).__name__}, which moves "
+                    f"them. Put {type(policy).__name__} first."
+                )
         self.policies: list[ContextPolicy] = flat
 
     def plan(self, view: ContextView) -> ContextPlan:

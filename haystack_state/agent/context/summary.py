@@ -192,9 +192,7 @@ class SummaryRequest:
         :returns: A summary covering ``[0, end)``.
         :raises ValueError: If no reply has text (the summary is then not written; the messages stay unsummarized).
         """
-        text = next(
-            (r.text.strip() for r in replies if r.role is ChatRole.ASSISTANT and r.text and r.text.strip()), ""
-        )
+        text = next((r.text.strip() for r in replies if r.role is ChatRole.ASSISTANT and r.text and r.text.strip()), "")
         if not text:
             raise ValueError(
                 f"The summarizer replied without text, so messages {self.start} to {self.end - 1} were not folded into "
