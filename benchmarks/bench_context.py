@@ -5,8 +5,8 @@ A thread of N stored messages (turns of a question, a tool call, a 400-character
 run is the last turn) is planned by each policy:
 
 - ``cold``: the first ``plan()`` on the thread (no token count cached yet), in milliseconds;
-- ``step``: a ``plan()`` after the run appended a step (a tool call and its result), as it happens before every
-  model call of a run, in microseconds (the median of many).
+- ``step``: a ``plan()`` after a step was appended (a tool call and its result), as it happens before every model
+  call, in microseconds (the median of many; a new run, with a new question, starts every 10 steps).
 
 Side by side, in the same process: haystack-ai's ``SlidingWindowCompactor.compact`` (the compaction hook's
 compactor) on the same conversation with the same budget as ``TokenBudget``. It measures the whole conversation on
@@ -24,6 +24,7 @@ then every policy sends a full window; below, it sends the whole, shorter, conve
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import time
@@ -110,18 +111,24 @@ def measure(size: int, repeat: int) -> dict[str, tuple[float, float]]:
     for name, (policy, summary) in policies(base).items():
         messages = thread(size)  # fresh objects: nothing cached
         run_start = len(messages) - 4
+        gc.collect()
         start = time.perf_counter()
         policy.plan(ContextView(messages, run_start, summary=summary, counter=counter))
         cold = (time.perf_counter() - start) * 1e3
         steps: list[float] = []
         for i in range(repeat):
+            if i % 10 == 9:
+                run_start = len(messages)
+                messages.append(ChatMessage.from_user(f"Follow-up question {i}."))
             call = ToolCall(tool_name="search", arguments={"query": f"more {i}"}, id=f"more_{i}")
             messages += [
                 ChatMessage.from_assistant(tool_calls=[call]),
                 ChatMessage.from_tool("more " * 40, origin=call),
             ]
             view = ContextView(messages, run_start, summary=summary, counter=counter)
-            steps.append(median_us(lambda view=view: policy.plan(view), 1))  # type: ignore[misc]
+            start = time.perf_counter()
+            policy.plan(view)
+            steps.append((time.perf_counter() - start) * 1e6)
         results[name] = (cold, statistics.median(steps))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # haystack-ai marks its compactors experimental

@@ -233,7 +233,7 @@ def search_tool() -> Tool:
     return Tool(name="search", description="Search the web. " * 20, parameters=schema, function=lambda query: query)
 
 
-def test_token_budget_keeps_the_most_recent_messages_that_fit() -> None:
+def test_token_budget_keeps_the_most_recent_turns_that_fit() -> None:
     built = conversation(8, size=200)
     counter = ApproximateTokenCounter()
     meter = token_meter(counter)
@@ -242,11 +242,13 @@ def test_token_budget_keeps_the_most_recent_messages_that_fit() -> None:
 
     plan, real = plan_and_check(TokenBudget(max_tokens=budget), view)
 
+    # the turns 5, 6 and 7 fit, with the system prompt; turn 4's answer would, but not the whole turn
+    assert real == [0, *range(built.turn_starts[5], len(built.messages))]
     assert meter.messages(plan.messages) <= budget
-    # the turns 5, 6 and 7 fit, with the system prompt; one message more would not
-    assert real[0] == 0
-    assert real[1] == built.turn_starts[5]
-    assert meter.messages(plan.messages) + meter.message(built.messages[built.turn_starts[5] - 1]) > budget
+    assert meter.messages(plan.messages) + meter.message(built.messages[built.turn_starts[5] - 1]) <= budget + 200
+    assert meter.messages(plan.messages) + meter.messages(
+        built.messages[built.turn_starts[4] : built.turn_starts[5]]
+    ) > (budget)
 
 
 def test_token_budget_counts_the_tools_schemas() -> None:
@@ -263,18 +265,29 @@ def test_token_budget_counts_the_tools_schemas() -> None:
     assert meter.messages(with_tools.messages) + meter.tools(tools) <= budget
 
 
-def test_token_budget_takes_a_tool_call_only_with_all_its_results() -> None:
+def test_token_budget_takes_whole_turns_so_a_call_keeps_its_results() -> None:
     built = Builder().user("Find it.").step("a" * 400, "b" * 400, "c" * 400).answer("Found.").user("Thanks!")
     meter = token_meter(ApproximateTokenCounter())
     view = ContextView(built.messages, run_start=len(built.messages) - 1, counter=meter.counter)
-    # room for the answer and two of the three results: the step is left out whole
+    # room for the answer and two of the three results, not for the whole turn: none of it is sent
     budget = meter.messages([built.messages[0], *built.messages[-2:]]) + 2 * meter.message(built.messages[3]) + 1
+    plan, _ = plan_and_check(TokenBudget(max_tokens=budget), view)
+    assert texts(plan.messages) == [SYSTEM, "Thanks!"]
+    # room for the whole turn: all of it is
+    budget = meter.messages(built.messages) + 1
     plan, real = plan_and_check(TokenBudget(max_tokens=budget), view)
-    assert texts(plan.messages) == [SYSTEM, "Found.", "Thanks!"]
-    # with room for the whole step, it is in
-    budget = meter.messages([built.messages[0], *built.messages[2:]]) + 1
-    plan, real = plan_and_check(TokenBudget(max_tokens=budget), view)
-    assert real == [0, 2, 3, 4, 5, 6, 7]
+    assert real == list(range(len(built.messages)))
+
+
+def test_token_budget_keeps_a_long_current_run_whole() -> None:
+    built = conversation(3).user("Research this deeply.")
+    run_start = built.turn_starts[-1]
+    for _ in range(6):
+        built.step("r" * 300, "s" * 300)
+    meter = token_meter(ApproximateTokenCounter())
+    budget = meter.messages(built.messages[run_start:]) // 2  # half the run: its older steps are still sent
+    _, real = plan_and_check(TokenBudget(max_tokens=budget), ContextView(built.messages, run_start))
+    assert real == [0, *range(run_start, len(built.messages))]
 
 
 def test_token_budget_sends_the_invariants_over_budget_and_warns_once_per_run(caplog: pytest.LogCaptureFixture) -> None:
@@ -730,10 +743,11 @@ def test_every_policy_keeps_the_invariants(kind: str, data: st.DataObject) -> No
         if meter.messages(plan.messages) > policy.max_tokens:  # only what must be sent was sent
             event("over budget")
             assert real == [*range(head), *range(keep, len(messages))]
-        elif len(real) > head and real[head] > head:  # and one step more would not have fitted
+        elif len(real) > head and real[head] > head:  # and one turn more would not have fitted
             cut = previous = real[head]
+            assert messages[cut].role is ChatRole.USER or cut == keep
             previous -= 1
-            while previous > head and messages[previous].role is ChatRole.TOOL:
+            while previous > head and messages[previous].role is not ChatRole.USER:
                 previous -= 1
             assert meter.messages(plan.messages) + meter.messages(messages[previous:cut]) > policy.max_tokens
     event(f"{type(policy).__name__}: " + ("trimmed" if len(real) < len(messages) else "all sent"))

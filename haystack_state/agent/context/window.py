@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack.dataclasses import ChatRole
 from haystack.token_counters import TokenCounter
 from haystack.utils.deserialization import deserialize_component_inplace
 
@@ -85,12 +84,13 @@ class SlidingWindow(PolicyBase):
 
 class TokenBudget(PolicyBase):
     """
-    Send as many recent messages as fit ``max_tokens``, counting the system prompt and the tools' schemas too.
+    Send as many recent turns as fit ``max_tokens``, counting the system prompt and the tools' schemas too.
 
-    Messages are added from the newest back, a tool call only with all its results, and adding stops at the first
-    one that does not fit (what is sent stays contiguous). The system prompt, the latest user message and the
-    current run are always sent: if they alone pass the budget, they are sent anyway and a warning is logged once per
-    run. Leave room in ``max_tokens`` for the model's reply: it is the budget of what is sent.
+    The system prompt, the latest user message and the current run are always sent: if they alone pass the budget,
+    they are sent anyway and a warning is logged once per run. Before them, whole turns are added from the newest
+    back (so what is sent begins with a user message, which every provider accepts, and a tool call is never parted
+    from its results), until the next one does not fit. Leave room in ``max_tokens`` for the model's reply: it is the
+    budget of what is sent.
 
     :param max_tokens: The budget, in tokens.
     :param counter: The haystack ``TokenCounter`` to measure with; the view's (the Agent's) if None.
@@ -140,7 +140,7 @@ class TokenBudget(PolicyBase):
                 used += meter.message(message)
                 if used > self.max_tokens:
                     break
-                if message.role is not ChatRole.TOOL:
+                if index == head or is_turn_start(message):
                     cut = index
         sent, run_start = assemble(messages, head, cut, view.run_start)
         return ContextPlan(sent, run_start=run_start)
