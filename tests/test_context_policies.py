@@ -149,8 +149,7 @@ def check_invariants(view: ContextView, sent: Sequence[ChatMessage]) -> list[int
         assert users[-1] in real, "the latest user message is sent"
     # the current run
     for index in range(view.run_start, len(stored)):
-        if stored[index].role is not ChatRole.TOOL or any(r.origin.id for r in stored[index].tool_call_results):
-            assert index in real, f"message {index} of the current run is sent"
+        assert index in real, f"message {index} of the current run is sent"
     # tool calls with all their results, results with their call
     sent_calls: set[str | None] = set()
     for message in sent:
@@ -218,6 +217,22 @@ def test_sliding_window_rejects_a_bad_max_turns() -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="max_turns"):
             SlidingWindow(max_turns=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        SlidingWindow(max_turns=1),
+        TokenBudget(max_tokens=10),
+        Summarize(ScriptedChatGenerator.summarizer(), trigger_tokens=1),
+        OffloadToolResults(),
+    ],
+)
+def test_an_empty_conversation_is_sent_empty(policy: Any) -> None:
+    plan = policy.plan(ContextView([], run_start=0))
+    assert list(plan.messages) == [] and plan.summarize is None
+    only_system = [ChatMessage.from_system(SYSTEM)]
+    assert list(policy.plan(ContextView(only_system, run_start=1)).messages) == only_system
 
 
 def test_a_view_rejects_a_run_start_out_of_range() -> None:
@@ -321,7 +336,8 @@ def test_token_budget_rejects_a_bad_budget() -> None:
 
 def fold(request: SummaryRequest, summarizer: ScriptedChatGenerator) -> ContextSummary:
     """What the loop does with a summary request."""
-    replies = summarizer.run(messages=request.prompt())["replies"]
+    assert request.chat_generator is summarizer
+    replies = request.chat_generator.run(messages=request.prompt())["replies"]
     return request.result(replies)
 
 

@@ -162,6 +162,7 @@ class Summarize(PolicyBase):
                     instructions=self.instructions or DEFAULT_SUMMARY_INSTRUCTIONS,
                     max_result_chars=self.max_result_chars,
                     counter=self.counter or view.counter,
+                    chat_generator=self.chat_generator,
                 )
         cut = step_back_to_cut(messages, min(covered, keep), head)
         notes = [self._note(summary)] if summary is not None else []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from haystack.dataclasses import ChatMessage, ChatRole, ToolCallResult
 from haystack.token_counters import TokenCounter
@@ -154,8 +155,8 @@ class SummaryRequest:
     """
     A policy's request to fold messages into the summary before the model is called.
 
-    The loop sends :meth:`prompt` to the summarizer chat generator, builds the new summary with :meth:`result`,
-    writes it into the ``context_summary`` state key and asks the policy to plan again.
+    The loop sends :meth:`prompt` to ``chat_generator``, builds the new summary with :meth:`result`, writes it into
+    the ``context_summary`` state key and asks the policy to plan again.
 
     :param previous: The current summary, folded into the new one.
     :param to_fold: The messages to fold in: the stored messages ``[start, end)``.
@@ -164,6 +165,7 @@ class SummaryRequest:
     :param instructions: The summarizer's system prompt.
     :param max_result_chars: Tool results longer than this are cut in the summarizer's transcript.
     :param counter: Measures the new summary's note.
+    :param chat_generator: The chat generator to send :meth:`prompt` to (the ``Summarize`` policy's).
     """
 
     previous: ContextSummary | None
@@ -173,6 +175,7 @@ class SummaryRequest:
     instructions: str = DEFAULT_SUMMARY_INSTRUCTIONS
     max_result_chars: int | None = 2000
     counter: TokenCounter = dataclasses.field(default=APPROXIMATE_COUNTER, repr=False, compare=False)
+    chat_generator: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def prompt(self) -> list[ChatMessage]:
         """

@@ -8,6 +8,7 @@ cached by the message's identity (stored messages are never changed in place) fo
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Iterable
@@ -156,28 +157,32 @@ class TokenMeter:
         return self.messages(messages) + self.tools(tools)
 
 
-_meters: IdentityCache[TokenMeter] = IdentityCache()
+_METER_ATTRIBUTE = "_haystack_state_token_meter"
 _meters_lock = threading.Lock()
 
 
 def token_meter(counter: TokenCounter) -> TokenMeter:
     """
-    The meter of a counter: one per counter object, so every policy counting with it shares its cache.
+    The meter of a counter: one per counter object (kept on the counter), so every policy counting with it shares
+    its cache, for as long as the counter lives. A counter that takes no attributes gets a new meter each time.
 
     :param counter: A haystack ``TokenCounter``.
     :returns: Its ``TokenMeter``.
     """
-    meter = _meters.get(counter)
-    if meter is None:
-        with _meters_lock:
-            meter = _meters.get(counter)
-            if meter is None:
-                meter = TokenMeter(counter)
-                _meters.put(counter, meter)
-    return meter
+    meter = getattr(counter, _METER_ATTRIBUTE, None)
+    if isinstance(meter, TokenMeter) and meter.counter is counter:
+        return meter
+    with _meters_lock:
+        meter = getattr(counter, _METER_ATTRIBUTE, None)
+        if isinstance(meter, TokenMeter) and meter.counter is counter:
+            return meter
+        meter = TokenMeter(counter)
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(counter, _METER_ATTRIBUTE, meter)
+        return meter
 
 
-def load_token_counter(encoding: str = "o200k_base", *, timeout: float = 10.0) -> TokenCounter:
+def load_token_counter(encoding: str = "o200k_base", *, timeout: float = 5.0) -> TokenCounter:
     """
     A ``TiktokenCounter`` if ``tiktoken`` is installed and its encoding loads, else an ``ApproximateTokenCounter``.
 
