@@ -3,6 +3,17 @@
 from haystack.core.serialization import allow_deserialization_module
 
 from haystack_state.agent import Agent
+from haystack_state.agent.context import (
+    ComposePolicies,
+    ContextPlan,
+    ContextPolicy,
+    ContextSummary,
+    ContextView,
+    OffloadToolResults,
+    SlidingWindow,
+    Summarize,
+    TokenBudget,
+)
 from haystack_state.agent.history import CheckpointHistory
 from haystack_state.agent.session import ThreadSnapshot
 from haystack_state.display import StateDiff
@@ -47,6 +58,15 @@ from haystack_state.values import FrozenDict, FrozenList, thaw
 allow_deserialization_module("haystack_state")
 
 __all__ = [
+    "ComposePolicies",
+    "ContextPlan",
+    "ContextPolicy",
+    "ContextSummary",
+    "ContextView",
+    "OffloadToolResults",
+    "SlidingWindow",
+    "Summarize",
+    "TokenBudget",
     "register_type",
     "ThreadSnapshot",
     "ThreadInfo",

@@ -10,11 +10,13 @@ from haystack import Pipeline
 from haystack.components.agents import Agent
 from haystack.core.errors import PipelineRuntimeError
 from haystack.dataclasses import ChatMessage, StreamingChunk, ToolCall
+from haystack.token_counters import ApproximateTokenCounter
 from haystack.tools import Toolset
 from haystack.tools.tool import Tool
 
+from haystack_state.agent.context import ContextSummary, SummaryRequest
 from haystack_state.errors import HaystackStateError
-from haystack_state.testing import ScriptedCall, ScriptedChatGenerator, ScriptError
+from haystack_state.testing import SUMMARY_MAX_LINES, ScriptedCall, ScriptedChatGenerator, ScriptError
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
 
@@ -241,12 +243,12 @@ def test_calls_record_messages_tools_and_replies(add_tool: Tool, mul_tool: Tool)
     generator = ScriptedChatGenerator(script=["one", "two"])
     messages = [ChatMessage.from_system("Be brief."), *user("first")]
     generator.run(messages, tools=Toolset([add_tool, mul_tool]), generation_kwargs={"temperature": 0})
-    messages.append(ChatMessage.from_user("mutated after the call"))
     generator.run(user("second"))
 
     first, second = generator.calls
     assert isinstance(first, ScriptedCall)
     assert first.number == 1
+    assert first.messages is messages  # recorded by reference: no copy per call
     assert [m.text for m in first.messages] == ["Be brief.", "first"]
     assert first.tool_names == ["add", "multiply"]
     assert first.tools == [add_tool, mul_tool]
@@ -459,3 +461,115 @@ def test_drives_a_haystack_agent(add_tool: Tool) -> None:
     assert generator.calls[0].tool_names == ["add"]
     replies = [c.reply for c in generator.calls if c.reply is not None]
     assert result["token_usage"]["total_tokens"] == sum(r.meta["usage"]["total_tokens"] for r in replies)
+
+
+# --- bounded recording, token counts, the summarizer ------------------------------------------------------
+
+
+def test_recording_keeps_the_last_calls_and_counts_them_all() -> None:
+    generator = ScriptedChatGenerator(policy=echo_policy, record=3)
+    for i in range(10):
+        generator.run(user(f"call {i}"))
+
+    assert generator.call_count == 10
+    assert [c.number for c in generator.calls] == [8, 9, 10]
+    assert [c.messages[0].text for c in generator.calls] == ["call 7", "call 8", "call 9"]
+    generator.reset()
+    assert (generator.calls, generator.call_count) == ([], 0)
+
+
+def test_recording_can_be_turned_off() -> None:
+    generator = ScriptedChatGenerator(script=["a", "b"], record=False)
+    generator.run(user("1"))
+    reply = generator.run(user("2"))["replies"][0]
+
+    assert generator.calls == []
+    assert generator.call_count == 2
+    assert reply.meta["usage"]["prompt_tokens"] > 0
+    assert ScriptedChatGenerator(script=["a"], record=True).record == 100
+    with pytest.raises(ValueError, match="record must be a number of calls"):
+        ScriptedChatGenerator(script=["a"], record=-1)
+
+
+def test_a_long_run_records_a_bounded_window_by_reference() -> None:
+    generator = ScriptedChatGenerator(policy=echo_policy)
+    conversation: list[ChatMessage] = []
+    for i in range(2000):
+        conversation.append(ChatMessage.from_user(f"step {i}"))
+        sent = list(conversation)  # a fresh list per call, as the Agent sends
+        generator.run(sent)
+        assert generator.calls[-1].messages is sent
+
+    calls = generator.calls
+    assert len(calls) == 100
+    assert generator.call_count == 2000
+    # what stays referenced: 100 lists of about 2,000 messages, not 2,000 lists (two million references)
+    assert sum(len(c.messages) for c in calls) == sum(range(1901, 2001))
+
+
+def test_each_call_records_its_size_in_tokens(add_tool: Tool) -> None:
+    counter = ApproximateTokenCounter()
+    generator = ScriptedChatGenerator(script=["one", "two"], token_counter=counter)
+    messages = [ChatMessage.from_system("Be brief."), ChatMessage.from_user("x" * 400)]
+    generator.run(messages, tools=[add_tool])
+    generator.run(messages[:1])
+
+    first, second = generator.calls
+    assert first.tokens == counter.count(messages[:1]) + counter.count(messages[1:]) + counter.count([], [add_tool])
+    assert first.tokens > 100 > second.tokens > 0
+    assert first.reply is not None and first.reply.meta["usage"]["prompt_tokens"] == first.tokens
+    dense = ScriptedChatGenerator(script=["x"], token_counter=ApproximateTokenCounter(chars_per_token=1.0))
+    dense.run(messages)
+    assert dense.calls[0].tokens > 3 * counter.count(messages)
+
+
+def test_record_and_the_token_counter_round_trip() -> None:
+    generator = ScriptedChatGenerator(
+        script=["a"], record=7, token_counter=ApproximateTokenCounter(chars_per_token=2.5)
+    )
+    data = generator.to_dict()
+    assert data["init_parameters"]["record"] == 7
+    restored = ScriptedChatGenerator.from_dict(data)
+    assert restored.record == 7
+    assert isinstance(restored.token_counter, ApproximateTokenCounter)
+    assert restored.token_counter.chars_per_token == 2.5
+    assert restored.to_dict() == data
+
+
+def summarizer_prompt(previous: str | None, turns: list[tuple[str, list[str], str]]) -> list[ChatMessage]:
+    messages: list[ChatMessage] = []
+    for n, (question, tools, answer) in enumerate(turns):
+        messages.append(ChatMessage.from_user(question))
+        if tools:
+            calls = [ToolCall(name, {"n": n}, f"c{n}_{i}") for i, name in enumerate(tools)]
+            messages.append(ChatMessage.from_assistant(tool_calls=calls))
+            messages += [ChatMessage.from_tool("done", origin=call) for call in calls]
+        messages.append(ChatMessage.from_assistant(answer))
+    summary = ContextSummary(previous, covers=(0, 3), tokens=5) if previous else None
+    return SummaryRequest(previous=summary, to_fold=messages, start=3, end=3 + len(messages)).prompt()
+
+
+def test_the_summarizer_folds_the_previous_summary_and_one_line_per_turn() -> None:
+    generator = ScriptedChatGenerator.summarizer()
+    prompt = summarizer_prompt("- earlier: the user likes tea", [("Book a table", ["search", "book"], "Booked.")])
+    [reply] = generator.run(prompt)["replies"]
+
+    assert reply.text == "- earlier: the user likes tea\n- Book a table (tools: search, book) -> Booked."
+    assert reply.meta["model"] == "scripted-summarizer"
+    assert reply.meta["usage"]["prompt_tokens"] == generator.calls[0].tokens
+    assert generator.to_dict()["init_parameters"]["policy"] == "haystack_state.testing.summarizer.fold_summary"
+    assert ScriptedChatGenerator.from_dict(generator.to_dict()).run(prompt)["replies"][0].text == reply.text
+
+
+def test_the_summarizer_stays_bounded() -> None:
+    generator = ScriptedChatGenerator.summarizer()
+    summary: str | None = None
+    for round_ in range(3):
+        turns = [(f"question {round_}.{i}", [], f"answer {i}") for i in range(30)]
+        summary = generator.run(summarizer_prompt(summary, turns))["replies"][0].text
+
+    assert summary is not None
+    lines = summary.splitlines()
+    assert len(lines) == SUMMARY_MAX_LINES
+    assert lines[0] == f"- ({90 - SUMMARY_MAX_LINES + 1} earlier lines dropped)"
+    assert lines[-1] == "- question 2.29 -> answer 29"

@@ -3,13 +3,16 @@ Test utilities: ``ScriptedChatGenerator``, a deterministic chat generator that n
 
 It replays a script of replies (or asks a policy callable) and behaves like a real Haystack chat generator: it
 accepts ``tools``, streams ``StreamingChunk``s, gives tool calls ids and reports ``usage`` in the reply meta.
+``ScriptedChatGenerator.summarizer()`` is one that writes context summaries deterministically, for the
+``Summarize`` context policy.
 """
 
 import copy
 import inspect
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,39 +27,26 @@ from haystack.dataclasses import (
     select_streaming_callback,
 )
 from haystack.dataclasses.streaming_chunk import FinishReason
+from haystack.token_counters import TokenCounter
 from haystack.tools import ToolsType, flatten_tools_or_toolsets
 from haystack.tools.tool import Tool
 from haystack.utils import deserialize_callable, serialize_callable
+from haystack.utils.deserialization import deserialize_component_inplace
 
-from haystack_state.errors import HaystackStateError
+from haystack_state.agent.context.tokens import APPROXIMATE_COUNTER, token_meter
+from haystack_state.testing.replies import Policy, Reply, ScriptError, ScriptReply, ToolCallSpec, parse_reply
+from haystack_state.testing.summarizer import SUMMARY_MAX_LINES, fold_summary
 
-ToolCallSpec = tuple[str, dict[str, Any]]
-"""One scripted tool call: ``(tool_name, arguments)``. A two-item list ``[tool_name, arguments]`` is accepted too."""
-
-ScriptReply = str | ChatMessage | ToolCallSpec | Sequence[ToolCallSpec | list[Any]] | dict[str, Any]
-"""One scripted reply: a text, a ready ``ChatMessage``, tool calls, or ``{"text": ..., "tool_calls": [...]}``."""
-
-Policy = Callable[[list[ChatMessage], list[Tool]], ScriptReply]
-"""A callable that decides the reply from the messages and the tools of a call."""
-
-
-class ScriptError(HaystackStateError, RuntimeError):
-    """A ``ScriptedChatGenerator`` cannot produce the reply it was asked for (script exhausted, unknown tool)."""
-
-
-@dataclass(frozen=True)
-class _Reply:
-    text: str | None = None
-    tool_calls: tuple[ToolCallSpec, ...] = ()
-    message: ChatMessage | None = None
-
-    def to_serializable(self) -> Any:
-        if self.message is not None:
-            return {"chat_message": self.message.to_dict()}
-        calls = [[name, copy.deepcopy(args)] for name, args in self.tool_calls]
-        if not calls:
-            return self.text
-        return calls if self.text is None else {"text": self.text, "tool_calls": calls}
+__all__ = [
+    "SUMMARY_MAX_LINES",
+    "Policy",
+    "ScriptError",
+    "ScriptReply",
+    "ScriptedCall",
+    "ScriptedChatGenerator",
+    "ToolCallSpec",
+    "fold_summary",
+]
 
 
 @dataclass
@@ -65,11 +55,12 @@ class ScriptedCall:
     What one call of a ``ScriptedChatGenerator`` received, and what it replied.
 
     :param number: The 1-based number of the call over the generator's life (since the last ``reset``).
-    :param messages: The messages the call received.
+    :param messages: The messages the call received: the very list it was given (not a copy), so do not change it.
     :param tools: The tools the call received, flattened (Toolsets expanded).
     :param generation_kwargs: The ``generation_kwargs`` the call received.
     :param streamed: Whether a streaming callback was given.
     :param reply: The reply returned, or ``None`` if the call raised.
+    :param tokens: The size of what the call received (messages and tools' schemas), by the generator's counter.
     """
 
     number: int
@@ -78,54 +69,12 @@ class ScriptedCall:
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
     streamed: bool = False
     reply: ChatMessage | None = None
+    tokens: int = 0
 
     @property
     def tool_names(self) -> list[str]:
         """The names of the tools the call received, in order."""
         return [t.name for t in self.tools]
-
-
-def _parse_tool_call(value: Any, where: str) -> ToolCallSpec:
-    if isinstance(value, tuple | list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], dict):
-        return value[0], dict(value[1])
-    raise TypeError(f"{where}: a tool call must be a (tool_name, arguments_dict) pair, got {value!r}.")
-
-
-def _parse_reply(value: Any, where: str) -> _Reply:
-    """Normalize one scripted (or policy) reply into a ``_Reply``."""
-    if isinstance(value, ChatMessage):
-        return _Reply(message=value)
-    if isinstance(value, str):
-        return _Reply(text=value)
-    if isinstance(value, dict):
-        if "chat_message" in value and len(value) == 1:
-            return _Reply(message=ChatMessage.from_dict(value["chat_message"]))
-        unknown = set(value) - {"text", "tool_calls"}
-        text = value.get("text")
-        if unknown or not (text is None or isinstance(text, str)):
-            raise TypeError(f"{where}: a dict reply takes 'text' (str) and 'tool_calls' only, got {value!r}.")
-        calls = tuple(_parse_tool_call(c, where) for c in value.get("tool_calls") or [])
-        return _Reply(text=text, tool_calls=calls)
-    if isinstance(value, tuple | list):
-        if len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], dict):
-            return _Reply(tool_calls=(_parse_tool_call(value, where),))  # a single (name, args) call
-        return _Reply(tool_calls=tuple(_parse_tool_call(c, where) for c in value))
-    raise TypeError(
-        f"{where}: a reply must be a str, a ChatMessage, a list of (tool_name, arguments) pairs or a dict with "
-        f"'text' and/or 'tool_calls', got {type(value).__name__}."
-    )
-
-
-def _estimate_tokens(text: str) -> int:
-    """A cheap deterministic token estimate: one token per four characters, rounded up."""
-    return (len(text) + 3) // 4
-
-
-def _message_text(message: ChatMessage) -> str:
-    parts = list(message.texts)
-    parts += [f"{tc.tool_name}{json.dumps(tc.arguments, sort_keys=True)}" for tc in message.tool_calls]
-    parts += [str(r.result) for r in message.tool_call_results]
-    return " ".join(parts)
 
 
 @component
@@ -137,6 +86,9 @@ class ScriptedChatGenerator:
     ``ChatMessage`` (returned as is), a list of ``(tool_name, arguments)`` tool calls, or a dict
     ``{"text": ..., "tool_calls": [...]}`` for both. Tool calls get ids ``call_1``, ``call_2``, ... counted over the
     generator's life; replies carry ``model``, ``finish_reason`` and ``usage`` meta like a real generator.
+
+    Each call is recorded in ``calls`` (the last ``record`` calls; ``call_count`` counts them all): the messages it
+    received (the list itself, not a copy), the tools, and their size in tokens.
 
     ```python
     generator = ScriptedChatGenerator(script=[[("search", {"query": "haystack"})], "Haystack is a framework."])
@@ -152,6 +104,8 @@ class ScriptedChatGenerator:
         model: str = "scripted",
         validate_tools: bool = True,
         streaming_callback: StreamingCallbackT | None = None,
+        record: int | bool = 100,
+        token_counter: TokenCounter | None = None,
     ) -> None:
         """
         Create a ScriptedChatGenerator. Give exactly one of ``script`` and ``policy``.
@@ -163,25 +117,56 @@ class ScriptedChatGenerator:
         :param model: The model name reported in the reply meta.
         :param validate_tools: Whether a reply calling a tool that was not passed in ``tools`` raises ``ScriptError``.
         :param streaming_callback: A default streaming callback; the one given to ``run`` takes precedence.
-        :raises ValueError: If both or neither of ``script`` and ``policy`` are given, or ``chunk_size`` < 1.
+        :param record: How many of the latest calls ``calls`` keeps (``True``: 100; ``False`` or 0: none), so that
+            recording stays bounded over long runs.
+        :param token_counter: The haystack ``TokenCounter`` that sizes each call (``calls[i].tokens`` and the reply's
+            ``usage``); ``ApproximateTokenCounter`` if None.
+        :raises ValueError: If both or neither of ``script`` and ``policy`` are given, ``chunk_size`` < 1 or
+            ``record`` < 0.
         :raises TypeError: If a scripted reply has an unsupported form.
         """
         if (script is None) == (policy is None):
             raise ValueError("ScriptedChatGenerator needs exactly one of `script` and `policy`.")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, got {chunk_size}.")
+        if record is True:
+            record = 100
+        if not isinstance(record, int) or record < 0:
+            raise ValueError(f"record must be a number of calls (0 or more) or a bool, got {record!r}.")
         if isinstance(script, str | ChatMessage | dict):
             raise TypeError("`script` must be a list of replies; wrap a single reply in a list.")
-        self._replies = [_parse_reply(r, f"Script reply {i}") for i, r in enumerate(script or [], start=1)]
+        self._replies = [parse_reply(r, f"Script reply {i}") for i, r in enumerate(script or [], start=1)]
         self.policy = policy
         self.chunk_size = chunk_size
         self.model = model
         self.validate_tools = validate_tools
         self.streaming_callback = streaming_callback
-        self.calls: list[ScriptedCall] = []
+        self.record = int(record)
+        self.token_counter = token_counter
+        self._calls: deque[ScriptedCall] = deque(maxlen=self.record)
+        self.call_count = 0
         self._position = 0
         self._next_call_id = 1
         self._lock = threading.Lock()
+
+    @classmethod
+    def summarizer(cls, *, model: str = "scripted-summarizer", **kwargs: Any) -> "ScriptedChatGenerator":
+        """
+        A generator that writes context summaries deterministically (with :func:`fold_summary`), for ``Summarize``.
+
+        Each summary is the previous one's lines and one line per folded turn; replies carry ``usage`` meta.
+
+        :param model: The model name reported in the reply meta.
+        :param kwargs: Other ``ScriptedChatGenerator`` parameters (``record``, ``token_counter``, ...).
+        :returns: The generator.
+        """
+        return cls(policy=fold_summary, model=model, **kwargs)
+
+    @property
+    def calls(self) -> list[ScriptedCall]:
+        """The recorded calls, oldest first: the last ``record`` calls."""
+        with self._lock:
+            return list(self._calls)
 
     @property
     def remaining(self) -> int | None:
@@ -191,7 +176,8 @@ class ScriptedChatGenerator:
     def reset(self) -> None:
         """Rewind the script, restart tool-call ids at ``call_1`` and forget the recorded calls."""
         with self._lock:
-            self.calls = []
+            self._calls.clear()
+            self.call_count = 0
             self._position = 0
             self._next_call_id = 1
 
@@ -209,6 +195,8 @@ class ScriptedChatGenerator:
             model=self.model,
             validate_tools=self.validate_tools,
             streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
+            record=self.record,
+            token_counter=self.token_counter.to_dict() if self.token_counter is not None else None,
         )
 
     @classmethod
@@ -224,6 +212,8 @@ class ScriptedChatGenerator:
         for key in ("policy", "streaming_callback"):
             if params.get(key):
                 params[key] = deserialize_callable(params[key])
+        if params.get("token_counter"):
+            deserialize_component_inplace(params, key="token_counter")
         return default_from_dict(cls, data)
 
     @component.output_types(replies=list[ChatMessage])
@@ -288,13 +278,18 @@ class ScriptedChatGenerator:
         *,
         streaming: bool,
     ) -> tuple[ChatMessage, list[StreamingChunk]]:
-        msgs = [ChatMessage.from_user(messages)] if isinstance(messages, str) else list(messages)
+        if isinstance(messages, str):
+            msgs = [ChatMessage.from_user(messages)]
+        else:
+            msgs = messages if isinstance(messages, list) else list(messages)
         flat = flatten_tools_or_toolsets(list(tools) if isinstance(tools, Sequence) else tools)
+        tokens = token_meter(self.token_counter or APPROXIMATE_COUNTER).total(msgs, flat)
         with self._lock:
-            record = ScriptedCall(len(self.calls) + 1, msgs, flat, dict(generation_kwargs or {}), streaming)
-            self.calls.append(record)
+            self.call_count += 1
+            record = ScriptedCall(self.call_count, msgs, flat, dict(generation_kwargs or {}), streaming, tokens=tokens)
+            self._calls.append(record)
             if self.policy is not None:
-                reply = _parse_reply(self.policy(list(msgs), list(flat)), f"Policy reply to call {record.number}")
+                reply = parse_reply(self.policy(msgs, list(flat)), f"Policy reply to call {record.number}")
             elif self._position >= len(self._replies):
                 raise ScriptError(
                     f"ScriptedChatGenerator script is exhausted: it has {len(self._replies)} "
@@ -306,11 +301,11 @@ class ScriptedChatGenerator:
             self._check_tools(reply, flat, record.number)
             if self.policy is None:
                 self._position += 1
-            message = self._build(reply, msgs, flat)
+            message = self._build(reply, tokens)
             record.reply = message
         return message, self._chunks(message) if streaming else []
 
-    def _check_tools(self, reply: _Reply, tools: list[Tool], number: int) -> None:
+    def _check_tools(self, reply: Reply, tools: list[Tool], number: int) -> None:
         source = "policy reply" if self.policy is not None else f"script reply {self._position + 1}"
         if not self.validate_tools:
             return
@@ -324,16 +319,16 @@ class ScriptedChatGenerator:
                     f"Available tools: {listed}."
                 )
 
-    def _build(self, reply: _Reply, messages: list[ChatMessage], tools: list[Tool]) -> ChatMessage:
+    def _build(self, reply: Reply, prompt_tokens: int) -> ChatMessage:
         if reply.message is not None:
             return reply.message
         calls = []
         for name, args in reply.tool_calls:
             calls.append(ToolCall(tool_name=name, arguments=copy.deepcopy(args), id=f"call_{self._next_call_id}"))
             self._next_call_id += 1
-        prompt = " ".join([*(_message_text(m) for m in messages), *(json.dumps(t.tool_spec) for t in tools)])
-        completion = _message_text(ChatMessage.from_assistant(text=reply.text, tool_calls=calls))
-        usage = {"prompt_tokens": _estimate_tokens(prompt), "completion_tokens": _estimate_tokens(completion)}
+        completion = ChatMessage.from_assistant(text=reply.text, tool_calls=calls)
+        counter = self.token_counter or APPROXIMATE_COUNTER
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max(counter.count([completion]), 1)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         finish: Literal["stop", "tool_calls"] = "tool_calls" if calls else "stop"
         meta = {"model": self.model, "index": 0, "finish_reason": finish, "usage": usage}
