@@ -88,7 +88,7 @@ class ScriptedChatGenerator:
     generator's life; replies carry ``model``, ``finish_reason`` and ``usage`` meta like a real generator.
 
     Each call is recorded in ``calls`` (the last ``record`` calls; ``call_count`` counts them all): the messages it
-    received (the list itself, not a copy), the tools, and their size in tokens.
+    received (a copy: an Agent keeps extending the list it sends), the tools, and their size in tokens.
 
     ```python
     generator = ScriptedChatGenerator(script=[[("search", {"query": "haystack"})], "Haystack is a framework."])
@@ -286,7 +286,10 @@ class ScriptedChatGenerator:
         tokens = token_meter(self.token_counter or APPROXIMATE_COUNTER).total(msgs, flat)
         with self._lock:
             self.call_count += 1
-            record = ScriptedCall(self.call_count, msgs, flat, dict(generation_kwargs or {}), streaming, tokens=tokens)
+            # A copy: an Agent keeps extending the list it sends (as haystack-ai's does), so the list itself would
+            # show later messages. Only the last `record` calls are kept, so memory stays bounded.
+            seen = list(msgs) if self.record else msgs
+            record = ScriptedCall(self.call_count, seen, flat, dict(generation_kwargs or {}), streaming, tokens=tokens)
             self._calls.append(record)
             if self.policy is not None:
                 reply = parse_reply(self.policy(msgs, list(flat)), f"Policy reply to call {record.number}")
