@@ -10,6 +10,7 @@ executor built on the Agent's live event stream replaces it to emit every step (
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
@@ -19,7 +20,6 @@ from haystack.dataclasses import ChatMessage
 
 from haystack_state.server.assistants import Assistant
 from haystack_state.server.views import outcome_status, values_view
-from haystack_state.server.wire import values_to_wire
 
 __all__ = ["Emit", "FinalValuesExecutor", "RunExecutor", "RunJob", "RunOutcome", "error_payload"]
 
@@ -115,13 +115,16 @@ class FinalValuesExecutor:
     @staticmethod
     def _run(job: RunJob) -> tuple[dict[str, Any], bool]:
         agent = job.assistant.agent
-        if job.thread_id is None:
-            result = agent.run(job.messages, **job.inputs)
-            keys = ["messages", *agent.state_schema]
-            return values_to_wire({key: result[key] for key in keys if key in result}), False
-        if job.decisions is not None:
-            agent.resume(job.thread_id, decisions=job.decisions)
-        else:
-            agent.run(job.messages, thread_id=job.thread_id, checkpoint_id=job.checkpoint_id, **job.inputs)
-        snapshot = agent.get_state(job.thread_id)
-        return values_view(snapshot), outcome_status(snapshot) == "interrupted"
+        thread_id = job.thread_id if job.thread_id is not None else f"stateless-{job.run_id}"
+        try:
+            if job.decisions is not None:
+                agent.resume(thread_id, decisions=job.decisions)
+            else:
+                agent.run(job.messages, thread_id=thread_id, checkpoint_id=job.checkpoint_id, **job.inputs)
+            snapshot = agent.get_state(thread_id)
+            return values_view(snapshot), outcome_status(snapshot) == "interrupted"
+        finally:
+            if job.thread_id is None and agent.checkpointer is not None:
+                # A stateless run uses a thread of its own for its steps (and its interrupts), deleted at its end.
+                with contextlib.suppress(KeyError):
+                    agent.checkpointer.delete_thread(thread_id)

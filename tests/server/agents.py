@@ -1,0 +1,70 @@
+"""
+The agents the server tests serve: a scripted model that decides from the last user message (no API key), tools
+that write state, and an ``interrupt_before`` tool.
+
+- ``"email ADDRESS"``: calls ``send_email`` (the run stops before it: interrupt);
+- ``"note TEXT"``: calls ``remember`` (writes ``notes``), then answers;
+- ``"sleep SECONDS"``: the model takes that long to answer;
+- ``"fail"``: the model raises;
+- anything else: ``"echo: TEXT"``.
+
+``make_agent(checkpointer)`` is the factory that ``haystack-state serve tests.server.agents:make_agent`` (or, from
+``tests/``, ``server.agents:make_agent``) calls.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from haystack.dataclasses import ChatMessage
+
+from haystack_state import Agent, tool
+from haystack_state.persistence import Checkpointer
+from haystack_state.testing import ScriptedChatGenerator
+
+
+@tool
+def send_email(to: str, body: str = "") -> str:
+    """Send an email."""
+    return f"sent to {to}"
+
+
+@tool(outputs_to_state={"notes": {"source": "note"}})
+def remember(text: str) -> dict[str, Any]:
+    """Write a note."""
+    return {"note": text}
+
+
+def policy(messages: list[ChatMessage], tools: list[Any]) -> Any:
+    """Decide the reply from the conversation."""
+    last = messages[-1]
+    if last.tool_call_result is not None:
+        return f"Done: {last.tool_call_result.result}"
+    text = last.text or ""
+    word, _, rest = text.partition(" ")
+    if word == "email":
+        return [("send_email", {"to": rest or "bob@example.com"})]
+    if word == "note":
+        return [("remember", {"text": rest})]
+    if word == "sleep":
+        time.sleep(float(rest or "0.5"))
+        return f"slept {rest}"
+    if word == "fail":
+        raise RuntimeError("the model is down")
+    return f"echo: {text}"
+
+
+SCHEMA = {"notes": {"type": list[str]}, "topic": {"type": str}}
+
+
+def make_agent(checkpointer: Checkpointer | None) -> Agent:
+    """The test agent, on ``checkpointer``."""
+    return Agent(
+        ScriptedChatGenerator(policy=policy),
+        tools=[send_email, remember],
+        state_schema=SCHEMA,
+        checkpointer=checkpointer,
+        interrupt_before=["send_email"],
+        system_prompt="You are a test assistant.",
+    )
