@@ -276,13 +276,13 @@ def _tool_from_wire(
     calls: Mapping[str, ToolCall],
 ) -> ChatMessage:
     call_id = data.get("tool_call_id")
-    if not isinstance(call_id, str) or not call_id:
-        raise WireError(f"{field}.tool_call_id", "a tool message needs the id of the call it answers")
     status = data.get("status", "success")
     if status not in ("success", "error"):
         raise WireError(f"{field}.status", f"must be 'success' or 'error', got {status!r}")
-    if "tool_call" in extras:
+    if "tool_call" in extras:  # the full originating call, as this server sends it
         origin = _tool_call_from_wire(extras["tool_call"], f"{field}.additional_kwargs.tool_call")
+    elif not isinstance(call_id, str) or not call_id:
+        raise WireError(f"{field}.tool_call_id", "a tool message needs the id of the call it answers")
     elif call_id in calls:
         origin = calls[call_id]
     else:
