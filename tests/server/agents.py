@@ -68,3 +68,8 @@ def make_agent(checkpointer: Checkpointer | None) -> Agent:
         interrupt_before=["send_email"],
         system_prompt="You are a test assistant.",
     )
+
+
+def serve_agents(checkpointer: Checkpointer | None) -> dict[str, Agent]:
+    """The factory the ``serve`` processes use: the test agent, served as ``agent``."""
+    return {"agent": make_agent(checkpointer)}
