@@ -58,8 +58,13 @@ class Database(abc.ABC):
     dialect: str
 
     @abc.abstractmethod
-    def transaction(self) -> AbstractContextManager[Cursor]:
-        """A context manager yielding a :class:`Cursor`; commits on success, rolls back on error."""
+    def transaction(self, *, write: bool = True) -> AbstractContextManager[Cursor]:
+        """
+        A context manager yielding a :class:`Cursor`; commits on success, rolls back on error.
+
+        :param write: Whether the transaction writes (SQLite then takes the write lock at once, so that it never
+            has to upgrade a read lock and fail); a read-only one does not block writers.
+        """
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -107,7 +112,7 @@ class SQLiteDatabase(Database):
         return conn
 
     @contextmanager
-    def transaction(self) -> Iterator[Cursor]:
+    def transaction(self, *, write: bool = True) -> Iterator[Cursor]:
         if self._single is not None:
             self._single.acquire()
         try:
@@ -118,7 +123,7 @@ class SQLiteDatabase(Database):
                 with self._lock:
                     self._all.append(conn)
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
                     yield _SQLiteCursor(conn)
                 except BaseException:
@@ -186,7 +191,7 @@ class PostgresDatabase(Database):
         )
 
     @contextmanager
-    def transaction(self) -> Iterator[Cursor]:
+    def transaction(self, *, write: bool = True) -> Iterator[Cursor]:
         with self._pool.connection() as conn, conn.transaction():
             yield _PostgresCursor(conn, self._tables)
 

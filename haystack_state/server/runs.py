@@ -24,8 +24,8 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import anyio
 
@@ -41,6 +41,7 @@ __all__ = ["AtCapacity", "LiveRun", "NotCancellable", "RunManager"]
 logger = logging.getLogger(__name__)
 
 Event = tuple[str, Any]
+T = TypeVar("T")
 
 
 class AtCapacity(CheckpointError):
@@ -130,6 +131,10 @@ class RunManager:
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
 
+    async def db(self, work: Callable[[], T]) -> T:
+        """Run blocking database work (the server's storage, a checkpointer read) in a worker thread."""
+        return await anyio.to_thread.run_sync(work)
+
     # --- lifecycle -------------------------------------------------------------------------------------------------
 
     def ensure_started(self) -> None:
@@ -174,7 +179,7 @@ class RunManager:
         if here:
             self._slots += 1  # reserved before the insert, so that two requests cannot both take the last slot
             try:
-                stored = await anyio.to_thread.run_sync(
+                stored = await self.db(
                     lambda: self.storage.create_run(
                         dataclasses.replace(run, status="running", worker=self.worker_id),
                         lease_until=self._lease(),
@@ -189,7 +194,7 @@ class RunManager:
             else:
                 self._slots -= 1
             return stored
-        stored = await anyio.to_thread.run_sync(
+        stored = await self.db(
             lambda: self.storage.create_run(
                 dataclasses.replace(run, status="pending"), max_pending=self.max_pending_runs
             )
@@ -244,7 +249,7 @@ class RunManager:
                 outcome = await self.executor.execute(job, live.emit)
             failure = json.dumps(outcome.error) if outcome.error is not None else None
             try:
-                await anyio.to_thread.run_sync(
+                await self.db(
                     lambda: self.storage.finish_run(
                         run.run_id, outcome.status, thread_status=outcome.thread_status, error=failure
                     )
@@ -295,9 +300,7 @@ class RunManager:
         while self._slots < self.max_concurrent_runs:
             self._slots += 1
             try:
-                run = await anyio.to_thread.run_sync(
-                    lambda: self.storage.claim_next(self.worker_id, assistants, self._lease())
-                )
+                run = await self.db(lambda: self.storage.claim_next(self.worker_id, assistants, self._lease()))
             except BaseException:
                 self._slots -= 1
                 raise
@@ -308,8 +311,8 @@ class RunManager:
 
     async def _maintain(self) -> None:
         running = [run_id for run_id in self._tasks if run_id in self._live]
-        await anyio.to_thread.run_sync(lambda: self.storage.renew_leases(self.worker_id, running, self._lease()))
-        expired = await anyio.to_thread.run_sync(self.storage.expire_leases)
+        await self.db(lambda: self.storage.renew_leases(self.worker_id, running, self._lease()))
+        expired = await self.db(self.storage.expire_leases)
         if expired:
             logger.warning("Runs %s lost their worker (lease expired); they are marked as failed", expired)
 
@@ -339,7 +342,7 @@ class RunManager:
                 async for event in live.follow():
                     yield event
                 return
-            current = await anyio.to_thread.run_sync(lambda: self.storage.get_run(run.run_id))
+            current = await self.db(lambda: self.storage.get_run(run.run_id))
             if current is None:
                 yield "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
                 return
@@ -358,7 +361,7 @@ class RunManager:
             return "error", payload
         assistant = self.assistants.resolve(run.assistant_id) or self.assistants.default
         try:
-            snapshot = await anyio.to_thread.run_sync(lambda: assistant.agent.get_state(run.thread_id))
+            snapshot = await self.db(lambda: assistant.agent.get_state(run.thread_id))
         except KeyError:  # the run was cancelled before the thread's first run
             return "values", {}
         return "values", values_view(snapshot)
@@ -371,10 +374,10 @@ class RunManager:
 
         :raises NotCancellable: For a running run (it cannot be stopped between steps yet).
         """
-        cancelled = await anyio.to_thread.run_sync(lambda: self.storage.cancel_pending(run.run_id))
+        cancelled = await self.db(lambda: self.storage.cancel_pending(run.run_id))
         if cancelled:
             return
-        current = await anyio.to_thread.run_sync(lambda: self.storage.get_run(run.run_id))
+        current = await self.db(lambda: self.storage.get_run(run.run_id))
         if current is not None and current.status == "running":
             if run.run_id in self._live and await self.executor.cancel(run.run_id):
                 return

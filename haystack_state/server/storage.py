@@ -208,7 +208,7 @@ class ServerStorage:
 
     def get_thread(self, thread_id: str, owner: str) -> ThreadRecord | None:
         """The owner's thread, or None (also for another owner's thread)."""
-        with self.database.transaction() as cur:
+        with self.database.transaction(write=False) as cur:
             found = self._thread(cur, thread_id)
         return found if found is not None and found.owner == owner else None
 
@@ -237,7 +237,7 @@ class ServerStorage:
             f"SELECT * FROM ({_THREADS} WHERE t.owner = :owner) AS s WHERE {where} "
             f"ORDER BY {order} {sort_order}, thread_id {sort_order} LIMIT :limit OFFSET :offset"
         )
-        with self.database.transaction() as cur:
+        with self.database.transaction(write=False) as cur:
             rows = cur.rows(query, {**params, "limit": limit, "offset": offset})
         return [_thread_record(row) for row in rows]
 
@@ -245,7 +245,7 @@ class ServerStorage:
         """How many of the owner's threads match the filters."""
         where, params = self._thread_filters(owner, metadata, status, None)
         query = f"SELECT COUNT(*) FROM ({_THREADS} WHERE t.owner = :owner) AS s WHERE {where}"
-        with self.database.transaction() as cur:
+        with self.database.transaction(write=False) as cur:
             return int(cur.rows(query, params)[0][0])
 
     def _thread_filters(
@@ -359,7 +359,7 @@ class ServerStorage:
 
     def get_run(self, run_id: str, owner: str | None = None) -> RunRecord | None:
         """A run (the owner's, when ``owner`` is given), or None."""
-        with self.database.transaction() as cur:
+        with self.database.transaction(write=False) as cur:
             rows = cur.rows(f"SELECT {_RUN_COLUMNS} FROM {{runs}} WHERE run_id = :id", {"id": run_id})
         run = _run_record(rows[0]) if rows else None
         return run if run is not None and (owner is None or run.owner == owner) else None
@@ -373,7 +373,7 @@ class ServerStorage:
         if status is not None:
             query += " AND status = :status"
             params["status"] = status
-        with self.database.transaction() as cur:
+        with self.database.transaction(write=False) as cur:
             rows = cur.rows(query + " ORDER BY run_id DESC LIMIT :limit OFFSET :offset", params)
         return [_run_record(row) for row in rows]
 
@@ -492,7 +492,7 @@ class ServerStorage:
 
     def pending_count(self) -> int:
         """How many runs wait in the queue."""
-        with self.database.transaction() as cur:
+        with self.database.transaction(write=False) as cur:
             return int(cur.rows("SELECT COUNT(*) FROM {runs} WHERE status = 'pending'")[0][0])
 
 

@@ -14,9 +14,11 @@ that write state, and an ``interrupt_before`` tool.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+from haystack import component
 from haystack.dataclasses import ChatMessage
 
 from haystack_state import Agent, tool
@@ -47,12 +49,35 @@ def policy(messages: list[ChatMessage], tools: list[Any]) -> Any:
         return [("send_email", {"to": rest or "bob@example.com"})]
     if word == "note":
         return [("remember", {"text": rest})]
-    if word == "sleep":
-        time.sleep(float(rest or "0.5"))
+    if word == "sleep":  # TestModel waits before asking
         return f"slept {rest}"
     if word == "fail":
         raise RuntimeError("the model is down")
     return f"echo: {text}"
+
+
+def _delay(messages: list[ChatMessage]) -> float:
+    last = messages[-1]
+    word, _, rest = (last.text or "").partition(" ")
+    return float(rest or "0.5") if word == "sleep" and last.is_from("user") else 0.0
+
+
+@component
+class TestModel:
+    """The scripted model, slow on ``"sleep SECONDS"`` (awaiting in ``run_async``, as a real async client does)."""
+
+    def __init__(self) -> None:
+        self.scripted = ScriptedChatGenerator(policy=policy)
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], tools: Any = None) -> dict[str, Any]:
+        time.sleep(_delay(messages))
+        return self.scripted.run(messages, tools=tools)  # type: ignore[no-any-return]
+
+    @component.output_types(replies=list[ChatMessage])
+    async def run_async(self, messages: list[ChatMessage], tools: Any = None) -> dict[str, Any]:
+        await asyncio.sleep(_delay(messages))
+        return await self.scripted.run_async(messages, tools=tools)  # type: ignore[no-any-return]
 
 
 SCHEMA = {"notes": {"type": list[str]}, "topic": {"type": str}}
@@ -61,7 +86,7 @@ SCHEMA = {"notes": {"type": list[str]}, "topic": {"type": str}}
 def make_agent(checkpointer: Checkpointer | None) -> Agent:
     """The test agent, on ``checkpointer``."""
     return Agent(
-        ScriptedChatGenerator(policy=policy),
+        TestModel(),
         tools=[send_email, remember],
         state_schema=SCHEMA,
         checkpointer=checkpointer,

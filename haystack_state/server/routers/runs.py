@@ -16,7 +16,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
@@ -95,7 +94,7 @@ def _plan(server: Server, body: RunCreate, user: str, thread_id: str | None) -> 
 
 
 async def _submit(server: Server, body: RunCreate, user: str, thread_id: str, *, here: bool) -> RunRecord:
-    plan = await anyio.to_thread.run_sync(lambda: _plan(server, body, user, thread_id))
+    plan = await server.runs.db(lambda: _plan(server, body, user, thread_id))
     run = new_run(
         str(uuid.uuid4()),
         thread_id,
@@ -185,14 +184,14 @@ def get_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> di
 @router.get("/threads/{thread_id}/runs/{run_id}/join")
 async def join_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> Any:
     """Wait for a run to end; answer the thread's values (``{"__error__": {...}}`` if it failed)."""
-    run = await anyio.to_thread.run_sync(lambda: _owned_run(server, thread_id, run_id, user))
+    run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
     return _final(await server.runs.wait(run))
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/stream")
 async def join_stream(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> EventSourceResponse:
     """Stream a run's events (from its start, if it executes in this process; else its final values)."""
-    run = await anyio.to_thread.run_sync(lambda: _owned_run(server, thread_id, run_id, user))
+    run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
     return EventSourceResponse(_sse(run.run_id, server.runs.events(run)), headers=_locations(run, "/stream"))
 
 
@@ -208,7 +207,7 @@ async def cancel_run(
     """Cancel a pending run (a running run cannot be stopped between steps yet: 409)."""
     if action != "interrupt":
         raise WireError("action", "only 'interrupt' is supported (rollback is not)")
-    run = await anyio.to_thread.run_sync(lambda: _owned_run(server, thread_id, run_id, user))
+    run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
     await server.runs.cancel(run)
     if wait:
         await server.runs.wait(run)
@@ -228,7 +227,7 @@ def delete_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) ->
 
 
 async def _stateless(server: Server, body: RunCreate, user: str) -> LiveRun:
-    plan = await anyio.to_thread.run_sync(lambda: _plan(server, body, user, None))
+    plan = await server.runs.db(lambda: _plan(server, body, user, None))
     job: RunJob = job_from_kwargs(str(uuid.uuid4()), plan.assistant, None, plan.kwargs)
     return await server.runs.run_stateless(job)
 
