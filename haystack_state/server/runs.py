@@ -131,8 +131,16 @@ class RunManager:
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
 
-    async def db(self, work: Callable[[], T]) -> T:
-        """Run blocking database work (the server's storage, a checkpointer read) in a worker thread."""
+    async def db(self, work: Callable[[], T], *, write: bool = False) -> T:
+        """
+        Run blocking database work (the server's storage, a checkpointer read) in a worker thread; except writes to
+        SQLite, which run on the event loop, where the runs commit their checkpoints: SQLite takes one writer at a
+        time, and writers on several threads of one process wait for each other in its busy handler (sleeping up
+        to 100 ms a try), while writes on one thread simply follow each other (each takes well under a
+        millisecond).
+        """
+        if write and self.storage.database.dialect == "sqlite":
+            return work()
         return await anyio.to_thread.run_sync(work)
 
     # --- lifecycle -------------------------------------------------------------------------------------------------
@@ -184,7 +192,8 @@ class RunManager:
                         dataclasses.replace(run, status="running", worker=self.worker_id),
                         lease_until=self._lease(),
                         max_pending=self.max_pending_runs,
-                    )
+                    ),
+                    write=True,
                 )
             except BaseException:
                 self._slots -= 1
@@ -197,7 +206,8 @@ class RunManager:
         stored = await self.db(
             lambda: self.storage.create_run(
                 dataclasses.replace(run, status="pending"), max_pending=self.max_pending_runs
-            )
+            ),
+            write=True,
         )
         self._notify()
         return stored
@@ -252,7 +262,8 @@ class RunManager:
                 await self.db(
                     lambda: self.storage.finish_run(
                         run.run_id, outcome.status, thread_status=outcome.thread_status, error=failure
-                    )
+                    ),
+                    write=True,
                 )
             except Exception:  # the database went away: the lease expires and another worker reports the run
                 logger.exception("Could not record the end of run %s", run.run_id)
@@ -300,7 +311,9 @@ class RunManager:
         while self._slots < self.max_concurrent_runs:
             self._slots += 1
             try:
-                run = await self.db(lambda: self.storage.claim_next(self.worker_id, assistants, self._lease()))
+                run = await self.db(
+                    lambda: self.storage.claim_next(self.worker_id, assistants, self._lease()), write=True
+                )
             except BaseException:
                 self._slots -= 1
                 raise
@@ -311,8 +324,8 @@ class RunManager:
 
     async def _maintain(self) -> None:
         running = [run_id for run_id in self._tasks if run_id in self._live]
-        await self.db(lambda: self.storage.renew_leases(self.worker_id, running, self._lease()))
-        expired = await self.db(self.storage.expire_leases)
+        await self.db(lambda: self.storage.renew_leases(self.worker_id, running, self._lease()), write=True)
+        expired = await self.db(self.storage.expire_leases, write=True)
         if expired:
             logger.warning("Runs %s lost their worker (lease expired); they are marked as failed", expired)
 
@@ -374,7 +387,7 @@ class RunManager:
 
         :raises NotCancellable: For a running run (it cannot be stopped between steps yet).
         """
-        cancelled = await self.db(lambda: self.storage.cancel_pending(run.run_id))
+        cancelled = await self.db(lambda: self.storage.cancel_pending(run.run_id), write=True)
         if cancelled:
             return
         current = await self.db(lambda: self.storage.get_run(run.run_id))
