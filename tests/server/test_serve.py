@@ -6,6 +6,9 @@ runs (each run by exactly one of them), a run outlives its stream's client, and 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +132,24 @@ def test_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert "has no attribute 'missing'" in capsys.readouterr().err
     assert main(["serve", "server.agents:make_agent", "--db", "/nonexistent-dir/x.db"]) == 1
     assert "--db /nonexistent-dir/x.db" in capsys.readouterr().err
+
+
+def test_without_the_server_extra_the_error_names_it() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['fastapi'] = None  # as if the server extra were not installed\n"
+        "import haystack_state.server.cli  # the command still loads\n"
+        "try:\n"
+        "    from haystack_state.server import create_app\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert 'pip install "haystack-state[server]"' in result.stdout
