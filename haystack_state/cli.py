@@ -34,6 +34,7 @@ from haystack_state.display import summarize
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, HaystackStateError, ThreadNotFoundError
 from haystack_state.persistence.records import CheckpointMeta, ThreadInfo
 from haystack_state.persistence.sqlite import THREADS, SQLiteCheckpointer
+from haystack_state.server.cli import add_serve_command
 from haystack_state.state import State
 from haystack_state.values import to_jsonable
 
@@ -345,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("a", metavar="A", help="the earlier checkpoint id (or a unique prefix)")
     diff.add_argument("b", metavar="B", help="the later checkpoint id (or a unique prefix)")
     diff.set_defaults(handler=_cmd_diff)
+
+    add_serve_command(commands)
     return parser
 
 

@@ -1,0 +1,211 @@
+"""
+``create_app``: the Agent Protocol server as an ASGI application (FastAPI), with its limits, its auth dependency and
+error handlers that answer in the spec's shapes (``{"detail": "..."}``; a 422 names the field at fault).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from haystack_state.agent import Agent
+from haystack_state.errors import (
+    CheckpointNotFoundError,
+    CodecError,
+    StateTypeError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+    UnknownStateKeyError,
+)
+from haystack_state.persistence.base import Checkpointer
+from haystack_state.server.assistants import Assistants
+from haystack_state.server.context import Auth, Limits, Server
+from haystack_state.server.database import database_for
+from haystack_state.server.executor import FinalValuesExecutor
+from haystack_state.server.routers import assistants as assistants_router
+from haystack_state.server.routers import runs as runs_router
+from haystack_state.server.routers import threads as threads_router
+from haystack_state.server.runs import AtCapacity, NotCancellable, RunManager
+from haystack_state.server.storage import QueueFull, ServerStorage, ThreadBusy
+from haystack_state.server.wire import WireError
+
+__all__ = ["Auth", "Limits", "Server", "create_app"]
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def create_app(
+    agents: Agent | Mapping[str, Agent],
+    *,
+    checkpointer: Checkpointer | None = None,
+    store: Any = None,
+    auth: Auth | None = None,
+    limits: Limits | None = None,
+    database: str | None = None,
+    poll_interval: float = 0.2,
+    lease_seconds: float = 30.0,
+) -> FastAPI:
+    """
+    The Agent Protocol server for one or more agents, as an ASGI app (run it with uvicorn, or ``haystack-state
+    serve``).
+
+    ```python
+    app = create_app({"assistant": agent})  # uvicorn.run(app, host="127.0.0.1", port=8123)
+    ```
+
+    :param agents: The agents to serve, each an *assistant*: ``{"name": agent}``, or one agent (served as
+        ``"agent"``). Every agent needs a checkpointer, the same one.
+    :param checkpointer: The agents' checkpointer (they must use it); found from the agents if None.
+    :param store: A long-term memory store (not supported yet; must be None).
+    :param auth: Maps a request to its user's id (sync or async), or refuses it (``None`` gives 401; or raise
+        ``HTTPException``). Threads and runs belong to the user who created them: another user gets 404. Without
+        it, every request is the same anonymous user; bind the server to 127.0.0.1 then.
+    :param limits: Request and run limits (see :class:`Limits`).
+    :param database: Where the server keeps its own tables (threads, runs), when the checkpointer's database cannot
+        be found from its settings: a SQLite path or a ``postgresql://`` URL naming the same database.
+    :param poll_interval: How often (seconds) workers look for queued runs.
+    :param lease_seconds: How long a run claimed by a worker that stopped stays claimed.
+    :returns: The app.
+    :raises ValueError: For no agents, agents without (or with different) checkpointers, or a store.
+    """
+    if store is not None:
+        raise ValueError("create_app(store=...) is not supported yet: the long-term memory Store has not landed.")
+    named = {"agent": agents} if isinstance(agents, Agent) else dict(agents)
+    registry = Assistants(named, checkpointer)
+    limits = limits or Limits()
+    storage = ServerStorage(database_for(registry.checkpointer, database))
+    manager = RunManager(
+        storage,
+        registry,
+        FinalValuesExecutor(limits.max_concurrent_runs),
+        max_concurrent_runs=limits.max_concurrent_runs,
+        max_pending_runs=limits.max_pending_runs,
+        poll_interval=poll_interval,
+        lease_seconds=lease_seconds,
+    )
+    server = Server(registry, storage, manager, limits, auth)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        manager.ensure_started()
+        try:
+            yield
+        finally:
+            await manager.stop()
+
+    app = FastAPI(title="haystack-state", summary="The Agent Protocol for haystack-state agents", lifespan=lifespan)
+    app.state.server = server
+    for router in (assistants_router.router, threads_router.router, runs_router.router):
+        app.include_router(router)
+    app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="ui")
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse("/ui/")
+
+    @app.get("/ok", include_in_schema=False)
+    async def ok() -> dict[str, bool]:
+        return {"ok": True}
+
+    _error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    return app
+
+
+def _field(loc: Any) -> str:
+    parts = [str(part) for part in loc if part not in ("body", "query", "path")]
+    return ".".join(parts) or "body"
+
+
+def _error_handlers(app: FastAPI) -> None:
+    def detail(status: int, message: str, **extra: Any) -> JSONResponse:
+        return JSONResponse({"detail": message, **extra}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"field": _field(item.get("loc", ())), "message": str(item.get("msg", "")).removeprefix("Value error, ")}
+            for item in error.errors()
+        ]
+        text = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "invalid request"
+        return detail(422, text, param=errors[0]["field"] if errors else None, errors=errors)
+
+    @app.exception_handler(WireError)
+    async def bad_wire(_: Request, error: WireError) -> JSONResponse:
+        return detail(422, str(error), param=error.field, errors=[{"field": error.field, "message": error.reason}])
+
+    @app.exception_handler(StateTypeError)
+    @app.exception_handler(UnknownStateKeyError)
+    async def bad_value(_: Request, error: Exception) -> JSONResponse:
+        key = getattr(error, "key", None)
+        field = f"input.{key}" if key else "input"
+        return detail(422, str(error), param=field, errors=[{"field": field, "message": str(error)}])
+
+    @app.exception_handler(CodecError)
+    async def bad_codec(_: Request, error: CodecError) -> JSONResponse:
+        return detail(422, str(error))
+
+    @app.exception_handler(ThreadNotFoundError)
+    @app.exception_handler(CheckpointNotFoundError)
+    async def not_found(_: Request, error: Exception) -> JSONResponse:
+        return detail(404, str(error))
+
+    @app.exception_handler(ThreadBusy)
+    @app.exception_handler(ThreadConflictError)
+    @app.exception_handler(NotCancellable)
+    async def conflict(_: Request, error: Exception) -> JSONResponse:
+        return detail(409, str(error))
+
+    @app.exception_handler(AtCapacity)
+    @app.exception_handler(QueueFull)
+    async def busy(_: Request, error: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=429, headers={"Retry-After": "1"})
+
+
+class BodyLimit:
+    """
+    Refuses request bodies larger than ``max_bytes`` with HTTP 413, before the app reads them (by ``Content-Length``)
+    or as soon as a streamed body passes the limit.
+
+    :param app: The wrapped app.
+    :param max_bytes: The limit.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise HTTPException(413, self._message())
+            return message
+
+        await self.app(scope, limited, send)
+
+    def _message(self) -> str:
+        return f"The request body is larger than this server accepts ({self.max_bytes} bytes)."
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await JSONResponse({"detail": self._message()}, status_code=413)(scope, receive, send)

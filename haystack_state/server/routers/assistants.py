@@ -1,0 +1,79 @@
+"""``/assistants``: the served agents (search, count, get, schemas)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Response
+from pydantic import TypeAdapter
+
+from haystack_state.server.assistants import Assistant
+from haystack_state.server.context import ServerDep, UserDep
+from haystack_state.server.models import AssistantCount, AssistantSearch
+from haystack_state.server.views import select
+
+router = APIRouter(prefix="/assistants", tags=["Assistants"])
+
+
+def _matches(assistant: Assistant, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None) -> bool:
+    view = assistant.view()
+    if graph_id is not None and view["graph_id"] != graph_id:
+        return False
+    if name is not None and name.lower() not in view["name"].lower():
+        return False
+    return all(view["metadata"].get(key) == value for key, value in (metadata or {}).items())
+
+
+@router.post("/search")
+async def search_assistants(body: AssistantSearch, server: ServerDep, _: UserDep, response: Response) -> list[Any]:
+    """The assistants matching the filters, paged."""
+    found = [a.view() for a in server.assistants if _matches(a, body.graph_id, body.name, body.metadata)]
+    if body.sort_by is not None:
+        found.sort(key=lambda item: str(item[body.sort_by or "name"]), reverse=body.sort_order == "desc")
+    page = found[body.offset : body.offset + body.limit]
+    if body.offset + body.limit < len(found):
+        response.headers["X-Pagination-Next"] = str(body.offset + body.limit)
+    return [select(item, body.select) for item in page]
+
+
+@router.post("/count")
+async def count_assistants(body: AssistantCount, server: ServerDep, _: UserDep) -> int:
+    """How many assistants match the filters."""
+    return sum(_matches(a, body.graph_id, body.name, body.metadata) for a in server.assistants)
+
+
+def _assistant(server: ServerDep, assistant_id: str) -> Assistant:
+    assistant = server.assistants.resolve(assistant_id)
+    if assistant is None:
+        raise HTTPException(404, f"Assistant '{assistant_id}' not found.")
+    return assistant
+
+
+@router.get("/{assistant_id}")
+async def get_assistant(assistant_id: str, server: ServerDep, _: UserDep) -> dict[str, Any]:
+    """One assistant, by id or name."""
+    return _assistant(server, assistant_id).view()
+
+
+@router.get("/{assistant_id}/schemas")
+async def get_assistant_schemas(assistant_id: str, server: ServerDep, _: UserDep) -> dict[str, Any]:
+    """The JSON schemas of the assistant's state (its input and output are state keys)."""
+    assistant = _assistant(server, assistant_id)
+    agent = assistant.agent
+    properties: dict[str, Any] = {"messages": {"type": "array", "items": {"type": "object"}}}
+    for key, entry in agent.state_schema.items():
+        try:
+            properties[key] = TypeAdapter(entry["type"]).json_schema()
+        except Exception:  # a type pydantic cannot describe: say only that it exists
+            properties[key] = {}
+        if entry.get("description"):
+            properties[key]["description"] = entry["description"]
+    state_schema = {"title": assistant.name, "type": "object", "properties": properties}
+    return {
+        "graph_id": assistant.name,
+        "input_schema": state_schema,
+        "output_schema": state_schema,
+        "state_schema": state_schema,
+        "config_schema": None,
+        "context_schema": None,
+    }

@@ -1,0 +1,256 @@
+"""
+Runs: on a thread (background, ``wait``, ``stream``; list, get, join, join its stream, cancel, delete) and stateless
+(``/runs/wait``, ``/runs/stream``).
+
+A request is checked completely before anything is written (the assistant, the thread and its owner, the input
+against the agent's schema, a ``command.resume`` against the pending tool calls, a fork's checkpoint), then queued.
+Streams are Server-Sent Events in the format LangGraph's SDK reads: ``metadata`` first (``{"run_id", "attempt"}``),
+then the run's events (``values``; ``error`` if it failed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse
+
+from haystack_state.server.assistants import Assistant
+from haystack_state.server.context import Server, ServerDep, UserDep
+from haystack_state.server.executor import RunJob
+from haystack_state.server.interrupts import decisions_from_resume
+from haystack_state.server.models import RunCreate
+from haystack_state.server.runs import Event, LiveRun, job_from_kwargs, new_run
+from haystack_state.server.storage import RunRecord
+from haystack_state.server.threads import head, not_found, owned_thread
+from haystack_state.server.views import run_view
+from haystack_state.server.wire import WireError, keys_named, values_from_wire
+from haystack_state.state import State
+
+router = APIRouter(tags=["Runs"])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    assistant: Assistant
+    kwargs: dict[str, Any]
+
+
+def _plan(server: Server, body: RunCreate, user: str, thread_id: str | None) -> _Plan:
+    """Check a run request completely (nothing is written but a thread created by ``if_not_exists="create"``)."""
+    assistant = server.assistants.resolve(body.assistant_id)
+    if assistant is None:
+        raise HTTPException(404, f"Assistant '{body.assistant_id}' not found.")
+    agent = assistant.agent
+    values = values_from_wire(body.input, field="input")
+    messages = values.get("messages", [])
+    if len(messages) > server.limits.max_messages:
+        raise WireError(
+            "input.messages", f"at most {server.limits.max_messages} messages per request, got {len(messages)}"
+        )
+    with keys_named("input"):
+        State(agent.state_schema).update(values)
+    kwargs: dict[str, Any] = {
+        "input": body.input,
+        "stream_mode": body.stream_mode,
+        "config": body.config,
+        "context": body.context,
+    }
+    if thread_id is None:
+        if body.command is not None or body.fork_from is not None:
+            raise WireError("command" if body.command is not None else "checkpoint", "needs a thread")
+        return _Plan(assistant, kwargs)
+    record = server.storage.get_thread(thread_id, user)
+    if record is None:
+        if body.if_not_exists != "create":
+            raise not_found(thread_id)
+        record = server.storage.create_thread(thread_id, user, {})
+        if record is None:  # the id is another user's
+            raise not_found(thread_id)
+    snapshot = head(server, record)
+    if body.fork_from is not None:
+        agent.get_state(thread_id, body.fork_from)  # CheckpointNotFoundError (404) for an unknown checkpoint
+        kwargs["checkpoint_id"] = body.fork_from
+    if body.command is not None:
+        if snapshot is None or not snapshot.interrupted:
+            raise HTTPException(409, f"Thread '{thread_id}' is not interrupted: there is nothing to resume.")
+        kwargs["command"] = body.command.model_dump(exclude_none=True)
+        kwargs["decisions"] = decisions_from_resume(
+            body.command.resume, snapshot.pending_tool_calls, snapshot.checkpoint.checkpoint_id
+        )
+    elif snapshot is not None and snapshot.interrupted and record.status != "busy" and body.fork_from is None:
+        raise HTTPException(
+            409,
+            f"Thread '{thread_id}' is interrupted before tool call(s) to "
+            f"{', '.join(sorted({c.tool_name for c in snapshot.pending_tool_calls}))}; answer it with "
+            "command={'resume': ...} (approve, reject or edit each call).",
+        )
+    return _Plan(assistant, kwargs)
+
+
+async def _submit(server: Server, body: RunCreate, user: str, thread_id: str, *, here: bool) -> RunRecord:
+    plan = await server.runs.db(lambda: _plan(server, body, user, thread_id))
+    run = new_run(
+        str(uuid.uuid4()),
+        thread_id,
+        plan.assistant,
+        user,
+        plan.kwargs,
+        metadata=body.metadata,
+        multitask_strategy=body.multitask_strategy,
+    )
+    return await server.runs.submit(run, here=here)
+
+
+def _locations(run: RunRecord, tail: str) -> dict[str, str]:
+    base = f"/threads/{run.thread_id}/runs/{run.run_id}"
+    return {"Content-Location": base, "Location": base + tail}
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+async def _sse(run_id: str, events: AsyncIterator[Event]) -> AsyncIterator[dict[str, str]]:
+    yield {"event": "metadata", "data": _json({"run_id": run_id, "attempt": 1})}
+    async for event, data in events:
+        yield {"event": event, "data": _json(data)}
+
+
+def _final(event: Event) -> Any:
+    name, data = event
+    return data if name == "values" else {"__error__": data}
+
+
+# --- runs on a thread ----------------------------------------------------------------------------------------------
+
+
+@router.post("/threads/{thread_id}/runs")
+async def create_run(thread_id: str, body: RunCreate, server: ServerDep, user: UserDep) -> JSONResponse:
+    """Queue a background run; any worker (of any server process on the database) runs it."""
+    run = await _submit(server, body, user, thread_id, here=False)
+    return JSONResponse(run_view(run), headers=_locations(run, ""))
+
+
+@router.post("/threads/{thread_id}/runs/wait")
+async def wait_run(thread_id: str, body: RunCreate, server: ServerDep, user: UserDep) -> JSONResponse:
+    """Run and wait for the final values (``{"__error__": {...}}`` if the run failed)."""
+    run = await _submit(server, body, user, thread_id, here=True)
+    final = await server.runs.wait(run)
+    return JSONResponse(_final(final), headers=_locations(run, "/join"))
+
+
+@router.post("/threads/{thread_id}/runs/stream")
+async def stream_run(thread_id: str, body: RunCreate, server: ServerDep, user: UserDep) -> EventSourceResponse:
+    """Run and stream its events. A client that disconnects does not stop the run; it can join it again."""
+    run = await _submit(server, body, user, thread_id, here=True)
+    return EventSourceResponse(_sse(run.run_id, server.runs.events(run)), headers=_locations(run, "/stream"))
+
+
+def _owned_run(server: Server, thread_id: str, run_id: str, user: str) -> RunRecord:
+    owned_thread(server, thread_id, user)
+    run = server.storage.get_run(run_id, user)
+    if run is None or run.thread_id != thread_id:
+        raise HTTPException(404, f"Run '{run_id}' not found in thread '{thread_id}'.")
+    return run
+
+
+@router.get("/threads/{thread_id}/runs")
+def list_runs(
+    thread_id: str,
+    server: ServerDep,
+    user: UserDep,
+    limit: int = Query(10, ge=1, le=1000),
+    offset: int = Query(0, ge=0),
+    status: str | None = None,
+) -> list[dict[str, Any]]:
+    """The thread's runs, newest first."""
+    owned_thread(server, thread_id, user)
+    runs = server.storage.list_runs(thread_id, user, limit=limit, offset=offset, status=status)
+    return [run_view(run) for run in runs]
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}")
+def get_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> dict[str, Any]:
+    """One run."""
+    return run_view(_owned_run(server, thread_id, run_id, user))
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/join")
+async def join_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> Any:
+    """Wait for a run to end; answer the thread's values (``{"__error__": {...}}`` if it failed)."""
+    run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
+    return _final(await server.runs.wait(run))
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/stream")
+async def join_stream(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> EventSourceResponse:
+    """Stream a run's events (from its start, if it executes in this process; else its final values)."""
+    run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
+    return EventSourceResponse(_sse(run.run_id, server.runs.events(run)), headers=_locations(run, "/stream"))
+
+
+@router.post("/threads/{thread_id}/runs/{run_id}/cancel", status_code=204)
+async def cancel_run(
+    thread_id: str,
+    run_id: str,
+    server: ServerDep,
+    user: UserDep,
+    wait: bool = False,
+    action: str = Query("interrupt", pattern="^(interrupt|rollback)$"),
+) -> Response:
+    """Cancel a pending run (a running run cannot be stopped between steps yet: 409)."""
+    if action != "interrupt":
+        raise WireError("action", "only 'interrupt' is supported (rollback is not)")
+    run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
+    await server.runs.cancel(run)
+    if wait:
+        await server.runs.wait(run)
+    return Response(status_code=204)
+
+
+@router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
+def delete_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> Response:
+    """Delete a run's record (refused while it runs: 409)."""
+    _owned_run(server, thread_id, run_id, user)
+    if not server.storage.delete_run(run_id):
+        raise HTTPException(409, f"Run '{run_id}' is running; delete it when it ends.")
+    return Response(status_code=204)
+
+
+# --- stateless runs ------------------------------------------------------------------------------------------------
+
+
+async def _stateless(server: Server, body: RunCreate, user: str) -> LiveRun:
+    plan = await server.runs.db(lambda: _plan(server, body, user, None))
+    job: RunJob = job_from_kwargs(str(uuid.uuid4()), plan.assistant, None, plan.kwargs)
+    return await server.runs.run_stateless(job)
+
+
+@router.post("/runs/wait")
+async def wait_stateless(body: RunCreate, server: ServerDep, user: UserDep) -> Any:
+    """Run without a thread and wait for the final values."""
+    live = await _stateless(server, body, user)
+    final: Event | None = None
+    async for event in live.follow():
+        final = event
+    assert final is not None
+    return _final(final)
+
+
+@router.post("/runs/stream")
+async def stream_stateless(body: RunCreate, server: ServerDep, user: UserDep) -> EventSourceResponse:
+    """Run without a thread and stream its events."""
+    live = await _stateless(server, body, user)
+    return EventSourceResponse(_sse(live.run_id, live.follow()))
+
+
+@router.post("/runs")
+async def create_stateless(body: RunCreate, _: UserDep) -> None:
+    """A background run needs a thread (to join it later)."""
+    raise WireError("thread_id", "a background run needs a thread: POST /threads/{thread_id}/runs")

@@ -1,0 +1,221 @@
+"""
+``/threads``: create, search, count, get, patch, delete and copy threads; read a thread's state (at its head or at a
+checkpoint), edit it, and page through its history.
+
+The handlers are plain functions: FastAPI runs them in its thread pool, so their database calls never block the
+event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Response
+
+from haystack_state.errors import ThreadNotFoundError
+from haystack_state.persistence.codec import encode
+from haystack_state.server.context import ServerDep, UserDep
+from haystack_state.server.models import (
+    HistoryRequest,
+    StateAtCheckpoint,
+    StateUpdate,
+    ThreadCount,
+    ThreadCreate,
+    ThreadPatch,
+    ThreadSearch,
+)
+from haystack_state.server.storage import ThreadBusy
+from haystack_state.server.threads import agent_of, copy_values, head, not_found, owned_thread, seed_thread
+from haystack_state.server.views import checkpoint_ref, meta_view, outcome_status, select, state_view, thread_view
+from haystack_state.server.wire import keys_named, values_from_wire
+
+router = APIRouter(prefix="/threads", tags=["Threads"])
+
+_STATE_FIELDS = {"values", "next", "tasks", "interrupts"}
+
+
+@router.post("")
+def create_thread(body: ThreadCreate, server: ServerDep, user: UserDep) -> dict[str, Any]:
+    """Create a thread (it gets its first checkpoint from its first run, or from ``update_state``)."""
+    thread_id = body.thread_id or str(uuid.uuid4())
+    record = server.storage.create_thread(thread_id, user, body.metadata or {}, if_exists=body.if_exists)
+    if record is None:
+        raise HTTPException(409, f"Thread '{thread_id}' already exists.")
+    return thread_view(record, head(server, record))
+
+
+@router.post("/search")
+def search_threads(body: ThreadSearch, server: ServerDep, user: UserDep) -> list[dict[str, Any]]:
+    """The user's threads matching the filters (metadata keys equal, status, ids), sorted and paged."""
+    records = server.storage.search_threads(
+        user,
+        metadata=body.metadata,
+        status=body.status,
+        ids=body.ids,
+        limit=body.limit,
+        offset=body.offset,
+        sort_by=body.sort_by,
+        sort_order=body.sort_order,
+    )
+    with_values = body.select is None or bool({"values", "interrupts"} & set(body.select))
+    return [select(thread_view(r, head(server, r) if with_values else None), body.select) for r in records]
+
+
+@router.post("/count")
+def count_threads(body: ThreadCount, server: ServerDep, user: UserDep) -> int:
+    """How many of the user's threads match the filters."""
+    return server.storage.count_threads(user, metadata=body.metadata, status=body.status)
+
+
+@router.get("/{thread_id}")
+def get_thread(thread_id: str, server: ServerDep, user: UserDep) -> dict[str, Any]:
+    """One thread, with its values and interrupts."""
+    record = owned_thread(server, thread_id, user)
+    return thread_view(record, head(server, record))
+
+
+@router.patch("/{thread_id}")
+def patch_thread(thread_id: str, body: ThreadPatch, server: ServerDep, user: UserDep) -> dict[str, Any]:
+    """Merge metadata into a thread."""
+    owned_thread(server, thread_id, user)
+    server.storage.update_thread(thread_id, metadata=body.metadata)
+    record = owned_thread(server, thread_id, user)
+    return thread_view(record, head(server, record))
+
+
+@router.delete("/{thread_id}", status_code=204)
+def delete_thread(thread_id: str, server: ServerDep, user: UserDep) -> Response:
+    """Delete a thread, its runs and its checkpoints (refused while a run is running: 409)."""
+    record = owned_thread(server, thread_id, user)
+    if not server.storage.delete_thread(thread_id, user):
+        raise not_found(thread_id)
+    with contextlib.suppress(ThreadNotFoundError):  # a thread that never ran has no checkpoints
+        agent_of(server, record).checkpointer.delete_thread(thread_id)  # type: ignore[union-attr]
+    return Response(status_code=204)
+
+
+@router.post("/{thread_id}/copy")
+def copy_thread(thread_id: str, server: ServerDep, user: UserDep) -> dict[str, Any]:
+    """A new thread of the user's, with the same metadata and the same state (one checkpoint; not the history)."""
+    source = owned_thread(server, thread_id, user)
+    snapshot = head(server, source)
+    new_id = str(uuid.uuid4())
+    record = server.storage.create_thread(new_id, user, source.metadata)
+    assert record is not None  # a fresh uuid4
+    if snapshot is not None:
+        copy_values(agent_of(server, source), new_id, snapshot)
+        server.storage.update_thread(new_id, status=outcome_status(snapshot), assistant_id=source.assistant_id or None)
+    record = owned_thread(server, new_id, user)
+    return thread_view(record, head(server, record))
+
+
+def _state(server: ServerDep, thread_id: str, user: str, checkpoint_id: str | None) -> dict[str, Any]:
+    record = owned_thread(server, thread_id, user)
+    agent = agent_of(server, record)
+    if checkpoint_id is None and head(server, record) is None:
+        return {
+            "values": {},
+            "next": [],
+            "tasks": [],
+            "checkpoint": None,
+            "metadata": {},
+            "created_at": None,
+            "parent_checkpoint": None,
+            "interrupts": [],
+        }
+    return state_view(agent.get_state(thread_id, checkpoint_id))
+
+
+@router.get("/{thread_id}/state")
+def get_state(
+    thread_id: str,
+    server: ServerDep,
+    user: UserDep,
+    subgraphs: bool = False,
+    select_fields: Annotated[list[str] | None, Query(alias="select")] = None,
+) -> dict[str, Any]:
+    """The thread's state at its head."""
+    return select(_state(server, thread_id, user, None), select_fields)
+
+
+@router.get("/{thread_id}/state/{checkpoint_id}")
+def get_state_at(
+    thread_id: str,
+    checkpoint_id: str,
+    server: ServerDep,
+    user: UserDep,
+    subgraphs: bool = False,
+    select_fields: Annotated[list[str] | None, Query(alias="select")] = None,
+) -> dict[str, Any]:
+    """The thread's state at one of its checkpoints."""
+    return select(_state(server, thread_id, user, checkpoint_id), select_fields)
+
+
+@router.post("/{thread_id}/state/checkpoint")
+def post_state_at(thread_id: str, body: StateAtCheckpoint, server: ServerDep, user: UserDep) -> dict[str, Any]:
+    """The thread's state at a checkpoint given in the body."""
+    return select(_state(server, thread_id, user, body.checkpoint.checkpoint_id), body.select)
+
+
+@router.post("/{thread_id}/state")
+def update_state(thread_id: str, body: StateUpdate, server: ServerDep, user: UserDep) -> dict[str, Any]:
+    """
+    A human edit of the thread's state, recorded as a checkpoint (values go through their keys' handlers: messages
+    are appended). Refused while a run is pending or running (409); ``as_node`` is ignored.
+    """
+    record = owned_thread(server, thread_id, user)
+    if record.status == "busy":
+        raise ThreadBusy(f"Thread '{thread_id}' has a pending or running run; edit its state when the run ends.")
+    agent = agent_of(server, record)
+    snapshot = head(server, record)
+    wanted = body.checkpoint.checkpoint_id if body.checkpoint is not None else body.checkpoint_id
+    if wanted is not None and (snapshot is None or wanted != snapshot.checkpoint.checkpoint_id):
+        raise HTTPException(
+            422,
+            f"checkpoint: only the thread's head can be edited (its head is "
+            f"{snapshot.checkpoint.checkpoint_id if snapshot else 'not written yet'}); to change the past, start a "
+            "run from that checkpoint (it forks a new branch).",
+        )
+    values = values_from_wire(body.values or {}, field="values")
+    with keys_named("values"):
+        meta = seed_thread(agent, thread_id, values) if snapshot is None else agent.update_state(thread_id, values)
+    server.storage.update_thread(thread_id, status=outcome_status(agent.get_state(thread_id)))
+    return {"checkpoint": checkpoint_ref(thread_id, meta.checkpoint_id)}
+
+
+def _history(server: ServerDep, thread_id: str, user: str, body: HistoryRequest) -> list[dict[str, Any]]:
+    record = owned_thread(server, thread_id, user)
+    agent = agent_of(server, record)
+    try:
+        items = list(agent.get_history(thread_id))
+    except ThreadNotFoundError:
+        return []
+    before = body.before_id
+    if before is not None:
+        ids = [meta.checkpoint_id for meta in items]
+        if before not in ids:
+            raise HTTPException(404, f"Thread '{thread_id}' has no checkpoint '{before}' (before).")
+        items = items[ids.index(before) + 1 :]
+    if body.metadata:
+        wanted = encode(body.metadata, where="metadata")
+        items = [m for m in items if all(encode(m.metadata.get(k)) == v for k, v in wanted.items())]
+    page = items[: body.limit]
+    if body.select is not None and not _STATE_FIELDS & set(body.select):
+        return [select(meta_view(meta), body.select) for meta in page]
+    return [select(state_view(agent.get_state(thread_id, meta.checkpoint_id)), body.select) for meta in page]
+
+
+@router.post("/{thread_id}/history")
+def post_history(thread_id: str, body: HistoryRequest, server: ServerDep, user: UserDep) -> list[dict[str, Any]]:
+    """The thread's checkpoints (every branch), newest first: ``limit`` of them, starting after ``before``."""
+    return _history(server, thread_id, user, body)
+
+
+@router.get("/{thread_id}/history")
+def get_history(
+    thread_id: str, server: ServerDep, user: UserDep, limit: int = Query(10, ge=1, le=1000), before: str | None = None
+) -> list[dict[str, Any]]:
+    """The thread's checkpoints, newest first (query parameters ``limit`` and ``before``)."""
+    return _history(server, thread_id, user, HistoryRequest(limit=limit, before=before))

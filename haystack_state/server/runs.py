@@ -1,0 +1,444 @@
+"""
+The run queue's in-process side: a :class:`RunManager` submits runs to the queue (:mod:`haystack_state.server.storage`),
+executes the ones this process claims (through a :class:`~haystack_state.server.executor.RunExecutor`), and lets
+clients wait for a run or follow its events, wherever it executes.
+
+- ``runs/wait`` and ``runs/stream`` start their run here at once when its thread is free and this process has room
+  (otherwise the run waits in the queue, for any worker); background runs (``POST /threads/{id}/runs``) are queued
+  and the next free worker of any process claims them.
+- A worker task polls the queue (and is woken at once by runs submitted here), renews the leases of the runs it
+  executes, and fails the runs whose worker stopped (their lease expired).
+- A run executing here keeps its events in memory while it runs (and a little after), so clients that join it, or
+  come back after a disconnect, get every event from the start. A run executing in another process is followed
+  through the database: its final values are sent when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import anyio
+
+from haystack_state.errors import CheckpointError
+from haystack_state.server.assistants import Assistant, Assistants
+from haystack_state.server.executor import RunExecutor, RunJob, RunOutcome, error_payload
+from haystack_state.server.storage import RunRecord, ServerStorage, now_text
+from haystack_state.server.views import values_view
+from haystack_state.server.wire import values_from_wire
+
+__all__ = ["AtCapacity", "LiveRun", "NotCancellable", "RunManager"]
+
+logger = logging.getLogger(__name__)
+
+Event = tuple[str, Any]
+T = TypeVar("T")
+
+
+class AtCapacity(CheckpointError):
+    """This process runs its maximum of concurrent runs; the request is refused (HTTP 429)."""
+
+
+class NotCancellable(CheckpointError):
+    """The run is running and cannot be stopped between steps yet."""
+
+
+class LiveRun:
+    """The events of a run executing in this process, kept so that late and returning followers get them all."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.events: list[Event] = []
+        self.outcome: RunOutcome | None = None
+        self.done = asyncio.Event()
+        self._new = asyncio.Event()
+
+    async def emit(self, event: str, data: Any) -> None:
+        """Record an event and wake the followers."""
+        self.events.append((event, data))
+        self._wake()
+
+    def finish(self, outcome: RunOutcome) -> None:
+        """Record the run's end."""
+        self.outcome = outcome
+        self.done.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        new, self._new = self._new, asyncio.Event()
+        new.set()
+
+    async def follow(self) -> AsyncIterator[Event]:
+        """Every event from the first, then the new ones as they come, until the run ends."""
+        index = 0
+        while True:
+            while index < len(self.events):
+                yield self.events[index]
+                index += 1
+            if self.done.is_set():
+                return
+            await self._new.wait()
+
+
+class RunManager:
+    """
+    Submits, executes and follows runs.
+
+    :param storage: The queue.
+    :param assistants: The served agents (this worker claims their runs only).
+    :param executor: Runs a job.
+    :param max_concurrent_runs: How many runs this process executes at once.
+    :param max_pending_runs: How many runs may wait in the queue (all processes together).
+    :param poll_interval: How often (seconds) the worker looks for queued runs, and followers of runs executing
+        elsewhere look for their end.
+    :param lease_seconds: How long a claimed run stays ours without renewal; leases are renewed every third of it.
+    :param keep_seconds: How long a finished run's events stay in memory for late followers.
+    """
+
+    def __init__(
+        self,
+        storage: ServerStorage,
+        assistants: Assistants,
+        executor: RunExecutor,
+        *,
+        max_concurrent_runs: int,
+        max_pending_runs: int,
+        poll_interval: float = 0.2,
+        lease_seconds: float = 30.0,
+        keep_seconds: float = 30.0,
+    ) -> None:
+        self.storage = storage
+        self.assistants = assistants
+        self.executor = executor
+        self.max_concurrent_runs = max_concurrent_runs
+        self.max_pending_runs = max_pending_runs
+        self.poll_interval = poll_interval
+        self.lease_seconds = lease_seconds
+        self.keep_seconds = keep_seconds
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._live: dict[str, LiveRun] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._slots = 0
+        self._wake: asyncio.Event | None = None
+        self._worker: asyncio.Task[None] | None = None
+
+    async def db(self, work: Callable[[], T], *, write: bool = False) -> T:
+        """
+        Run blocking database work (the server's storage, a checkpointer read) in a worker thread; except writes to
+        SQLite, which run on the event loop, where the runs commit their checkpoints: SQLite takes one writer at a
+        time, and writers on several threads of one process wait for each other in its busy handler (sleeping up
+        to 100 ms a try), while writes on one thread simply follow each other (each takes well under a
+        millisecond).
+        """
+        if write and self.storage.database.dialect == "sqlite":
+            return work()
+        return await anyio.to_thread.run_sync(work)
+
+    # --- lifecycle -------------------------------------------------------------------------------------------------
+
+    def ensure_started(self) -> None:
+        """Start the worker task (on the running event loop) unless it runs already."""
+        if self._worker is None or self._worker.done():
+            self._wake = asyncio.Event()
+            self._worker = asyncio.get_running_loop().create_task(self._work(), name="haystack-state-run-worker")
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Stop claiming runs; let the runs executing here finish (for up to ``timeout`` seconds)."""
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+            self._worker = None
+        if self._tasks:
+            await asyncio.wait(list(self._tasks.values()), timeout=timeout)
+
+    @property
+    def running_here(self) -> int:
+        """How many runs execute in this process now."""
+        return self._slots
+
+    # --- submitting ------------------------------------------------------------------------------------------------
+
+    async def submit(self, run: RunRecord, *, here: bool) -> RunRecord:
+        """
+        Add a run to the queue; with ``here``, start it in this process at once if its thread is free.
+
+        :param run: The run (its status is ignored).
+        :param here: Whether the caller waits for the run (``runs/wait``, ``runs/stream``).
+        :returns: The run as stored (``running`` if it started here, else ``pending``).
+        :raises AtCapacity: With ``here``, if this process runs its maximum of runs.
+        :raises ThreadBusy: For ``multitask_strategy="reject"`` on a busy thread.
+        :raises QueueFull: If the queue is full.
+        """
+        self.ensure_started()
+        if here and self._slots >= self.max_concurrent_runs:
+            raise AtCapacity(
+                f"This server runs its maximum of {self.max_concurrent_runs} concurrent runs; retry shortly."
+            )
+        if here:
+            self._slots += 1  # reserved before the insert, so that two requests cannot both take the last slot
+            try:
+                stored = await self.db(
+                    lambda: self.storage.create_run(
+                        dataclasses.replace(run, status="running", worker=self.worker_id),
+                        lease_until=self._lease(),
+                        max_pending=self.max_pending_runs,
+                    ),
+                    write=True,
+                )
+            except BaseException:
+                self._slots -= 1
+                raise
+            if stored.status == "running":
+                self._launch(stored)
+            else:
+                self._slots -= 1
+            return stored
+        stored = await self.db(
+            lambda: self.storage.create_run(
+                dataclasses.replace(run, status="pending"), max_pending=self.max_pending_runs
+            ),
+            write=True,
+        )
+        self._notify()
+        return stored
+
+    async def run_stateless(self, job: RunJob) -> LiveRun:
+        """
+        Start a run without a thread (not queued, not stored) in this process.
+
+        :raises AtCapacity: If this process runs its maximum of runs.
+        """
+        if self._slots >= self.max_concurrent_runs:
+            raise AtCapacity(
+                f"This server runs its maximum of {self.max_concurrent_runs} concurrent runs; retry shortly."
+            )
+        self._slots += 1
+        live = LiveRun(job.run_id)
+
+        async def execute() -> None:
+            try:
+                live.finish(await self.executor.execute(job, live.emit))
+            finally:
+                self._slots -= 1
+
+        task = asyncio.get_running_loop().create_task(execute())
+        self._tasks[job.run_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(job.run_id, None))
+        return live
+
+    def _notify(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _launch(self, run: RunRecord) -> None:
+        """Execute a run claimed by this process (its slot is taken already)."""
+        live = self._live[run.run_id] = LiveRun(run.run_id)
+        task = asyncio.get_running_loop().create_task(self._execute(run, live), name=f"run-{run.run_id}")
+        self._tasks[run.run_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(run.run_id, None))
+
+    async def _execute(self, run: RunRecord, live: LiveRun) -> None:
+        try:
+            try:
+                job = self.job_for(run)
+            except Exception as error:  # stored kwargs that no longer fit the agent (a schema change, a bad value)
+                payload = error_payload(error)
+                await live.emit("error", payload)
+                outcome = RunOutcome("error", None, payload, "error")
+            else:
+                outcome = await self.executor.execute(job, live.emit)
+            failure = json.dumps(outcome.error) if outcome.error is not None else None
+            try:
+                await self.db(
+                    lambda: self.storage.finish_run(
+                        run.run_id, outcome.status, thread_status=outcome.thread_status, error=failure
+                    ),
+                    write=True,
+                )
+            except Exception:  # the database went away: the lease expires and another worker reports the run
+                logger.exception("Could not record the end of run %s", run.run_id)
+            live.finish(outcome)
+        finally:
+            self._slots -= 1
+            self._notify()
+            asyncio.get_running_loop().call_later(self.keep_seconds, self._live.pop, run.run_id, None)
+
+    def job_for(self, run: RunRecord) -> RunJob:
+        """
+        Rebuild a run's job from its stored kwargs.
+
+        :raises LookupError: If this server does not serve the run's assistant.
+        """
+        assistant = self.assistants.resolve(run.assistant_id)
+        if assistant is None:
+            raise LookupError(f"Run {run.run_id}: this server does not serve assistant '{run.assistant_id}'.")
+        return job_from_kwargs(run.run_id, assistant, run.thread_id, run.kwargs)
+
+    # --- the worker --------------------------------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        renew_every = self.lease_seconds / 3
+        loop = asyncio.get_running_loop()
+        next_renewal = loop.time()
+        while True:
+            try:
+                if loop.time() >= next_renewal:
+                    await self._maintain()
+                    next_renewal = loop.time() + renew_every
+                await self._claim_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database is unreachable: log and try again at the next tick
+                logger.exception("The run worker failed to poll the queue")
+            wake = self._wake
+            assert wake is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), timeout=self.poll_interval)
+            wake.clear()
+
+    async def _claim_all(self) -> None:
+        assistants = self.assistants.ids
+        while self._slots < self.max_concurrent_runs:
+            self._slots += 1
+            try:
+                run = await self.db(
+                    lambda: self.storage.claim_next(self.worker_id, assistants, self._lease()), write=True
+                )
+            except BaseException:
+                self._slots -= 1
+                raise
+            if run is None:
+                self._slots -= 1
+                return
+            self._launch(run)
+
+    async def _maintain(self) -> None:
+        running = [run_id for run_id in self._tasks if run_id in self._live]
+        await self.db(lambda: self.storage.renew_leases(self.worker_id, running, self._lease()), write=True)
+        expired = await self.db(self.storage.expire_leases, write=True)
+        if expired:
+            logger.warning("Runs %s lost their worker (lease expired); they are marked as failed", expired)
+
+    def _lease(self) -> str:
+        return (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self.lease_seconds)).isoformat(timespec="microseconds")
+
+    # --- following -------------------------------------------------------------------------------------------------
+
+    async def wait(self, run: RunRecord) -> tuple[str, Any]:
+        """
+        Wait for a run to end.
+
+        :returns: ``("values", final values)`` or ``("error", {"error", "message"})``.
+        """
+        final: tuple[str, Any] | None = None
+        async for event in self.events(run):
+            if event[0] in ("values", "error"):
+                final = event
+        assert final is not None
+        return final
+
+    async def events(self, run: RunRecord) -> AsyncIterator[Event]:
+        """The run's stream events: live if it executes here, else its final values once it ends."""
+        while True:
+            live = self._live.get(run.run_id)
+            if live is not None:
+                async for event in live.follow():
+                    yield event
+                return
+            current = await self.db(lambda: self.storage.get_run(run.run_id))
+            if current is None:
+                yield "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
+                return
+            if current.done:
+                yield await self.final_event(current)
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    async def final_event(self, run: RunRecord) -> Event:
+        """A finished run's last event: the thread's values now, or the run's error."""
+        if run.status == "error":
+            try:
+                payload = json.loads(run.error or "")
+            except ValueError:
+                payload = {"error": "RunError", "message": run.error or "the run failed"}
+            return "error", payload
+        assistant = self.assistants.resolve(run.assistant_id) or self.assistants.default
+        try:
+            snapshot = await self.db(lambda: assistant.agent.get_state(run.thread_id))
+        except KeyError:  # the run was cancelled before the thread's first run
+            return "values", {}
+        return "values", values_view(snapshot)
+
+    # --- cancelling ------------------------------------------------------------------------------------------------
+
+    async def cancel(self, run: RunRecord) -> None:
+        """
+        Cancel a run: a pending one leaves the queue (status ``interrupted``).
+
+        :raises NotCancellable: For a running run (it cannot be stopped between steps yet).
+        """
+        cancelled = await self.db(lambda: self.storage.cancel_pending(run.run_id), write=True)
+        if cancelled:
+            return
+        current = await self.db(lambda: self.storage.get_run(run.run_id))
+        if current is not None and current.status == "running":
+            if run.run_id in self._live and await self.executor.cancel(run.run_id):
+                return
+            raise NotCancellable(
+                f"Run {run.run_id} is running; this server cannot stop a run between steps yet, so it will run to "
+                "its end. Pending runs can be cancelled."
+            )
+
+
+def job_from_kwargs(run_id: str, assistant: Assistant, thread_id: str | None, kwargs: dict[str, Any]) -> RunJob:
+    """Build a job from a run's kwargs (as stored by the runs router)."""
+    values = values_from_wire(kwargs.get("input"))
+    messages = values.pop("messages", [])
+    return RunJob(
+        run_id=run_id,
+        assistant=assistant,
+        thread_id=thread_id,
+        messages=messages,
+        inputs=values,
+        decisions=kwargs.get("decisions"),
+        checkpoint_id=kwargs.get("checkpoint_id"),
+        stream_modes=tuple(kwargs.get("stream_mode") or ("values",)),
+    )
+
+
+def new_run(
+    run_id: str,
+    thread_id: str,
+    assistant: Assistant,
+    owner: str,
+    kwargs: dict[str, Any],
+    *,
+    metadata: dict[str, Any] | None,
+    multitask_strategy: str,
+) -> RunRecord:
+    """A new run record (its status is decided by the queue)."""
+    at = now_text()
+    return RunRecord(
+        run_id=run_id,
+        thread_id=thread_id,
+        assistant_id=assistant.assistant_id,
+        owner=owner,
+        status="pending",
+        multitask_strategy=multitask_strategy,
+        kwargs=kwargs,
+        metadata=dict(metadata or {}),
+        error=None,
+        worker=None,
+        created_at=at,
+        updated_at=at,
+    )

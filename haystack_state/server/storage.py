@@ -1,0 +1,537 @@
+"""
+The server's own records, kept in the checkpointer's database beside the checkpoints: one row per thread (its owner,
+assistant, metadata and last outcome) and the run queue (one row per run). The SQL is written once for SQLite and
+PostgreSQL (see :mod:`haystack_state.server.database`); the schema grows by an append-only list of migrations.
+
+The queue keeps one run per thread at a time: a partial unique index allows one ``running`` row per thread, so two
+workers (in one process or several sharing a PostgreSQL database) can never run the same thread at once. Workers
+claim the oldest pending run of a free thread (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite serializes writers)
+and hold a lease on it that they renew; a run whose worker stopped renewing is marked as failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from haystack_state.errors import CheckpointError
+from haystack_state.server.database import Cursor, Database, UniqueViolation
+
+__all__ = ["RunRecord", "ServerStorage", "ThreadRecord"]
+
+ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
+RunStatus = Literal["pending", "running", "success", "error", "timeout", "interrupted"]
+ACTIVE = ("pending", "running")
+THREAD_SORT = ("thread_id", "status", "created_at", "updated_at")
+
+#: Append-only: the schema version is the number of migrations applied. Never edit or reorder an entry.
+MIGRATIONS: list[tuple[str, ...]] = [
+    (
+        """CREATE TABLE {threads} (
+            thread_id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            assistant_id TEXT,
+            metadata TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX haystack_state_server_threads_owner ON {threads} (owner, updated_at)",
+        """CREATE TABLE {runs} (
+            run_id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL,
+            assistant_id TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            status TEXT NOT NULL,
+            multitask_strategy TEXT NOT NULL,
+            kwargs TEXT NOT NULL,
+            metadata TEXT NOT NULL,
+            error TEXT,
+            worker TEXT,
+            lease_until TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX haystack_state_server_runs_queue ON {runs} (status, run_id)",
+        "CREATE INDEX haystack_state_server_runs_thread ON {runs} (thread_id, run_id)",
+        "CREATE UNIQUE INDEX haystack_state_server_runs_one_running ON {runs} (thread_id) WHERE status = 'running'",
+    ),
+]
+
+_THREAD_COLUMNS = "t.thread_id, t.owner, t.assistant_id, t.metadata, t.status, t.created_at, t.updated_at"
+_BUSY = "EXISTS (SELECT 1 FROM {runs} AS r WHERE r.thread_id = t.thread_id AND r.status IN ('pending', 'running'))"
+_THREADS = (
+    f"SELECT {_THREAD_COLUMNS}, CASE WHEN {_BUSY} THEN 'busy' ELSE t.status END AS current_status FROM {{threads}} AS t"
+)
+_RUN_COLUMNS = (
+    "run_id, thread_id, assistant_id, owner, status, multitask_strategy, kwargs, metadata, error, worker, "
+    "created_at, updated_at"
+)
+# The oldest pending run of a thread with no running run, among the assistants a worker serves.
+_NEXT_PENDING = (
+    "SELECT run_id FROM {runs} AS q WHERE q.status = 'pending' AND q.assistant_id IN ({assistants})"
+    " AND NOT EXISTS (SELECT 1 FROM {runs} AS o WHERE o.thread_id = q.thread_id"
+    " AND (o.status = 'running' OR (o.status = 'pending' AND o.run_id < q.run_id)))"
+    " ORDER BY q.run_id LIMIT 1"
+)
+
+
+def now_text() -> str:
+    """The current UTC time as fixed-width ISO-8601 text (so that text order is time order)."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class ThreadRecord:
+    """
+    The server's record of a thread.
+
+    :param thread_id: The thread.
+    :param owner: The user who created it ("" when the server has no ``auth``).
+    :param assistant_id: The assistant of its last run, if any.
+    :param metadata: Free-form metadata.
+    :param status: ``idle``, ``busy`` (a run is pending or running), ``interrupted`` or ``error``.
+    :param created_at: ISO-8601 time.
+    :param updated_at: ISO-8601 time.
+    """
+
+    thread_id: str
+    owner: str
+    assistant_id: str | None
+    metadata: dict[str, Any]
+    status: ThreadStatus
+    created_at: str
+    updated_at: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """
+    A run of the queue.
+
+    :param run_id: The run (a UUIDv7: ids sort by creation).
+    :param thread_id: Its thread.
+    :param assistant_id: The assistant that runs it.
+    :param owner: The user who created it.
+    :param status: ``pending``, ``running``, ``success``, ``error``, ``timeout`` or ``interrupted``.
+    :param multitask_strategy: ``reject`` or ``enqueue``.
+    :param kwargs: What the run does (input, command, checkpoint id, stream modes, ...), as JSON data.
+    :param metadata: Free-form metadata.
+    :param error: What went wrong, for a failed run.
+    :param worker: The worker that claimed it.
+    :param created_at: ISO-8601 time.
+    :param updated_at: ISO-8601 time.
+    """
+
+    run_id: str
+    thread_id: str
+    assistant_id: str
+    owner: str
+    status: RunStatus
+    multitask_strategy: str
+    kwargs: dict[str, Any]
+    metadata: dict[str, Any]
+    error: str | None
+    worker: str | None
+    created_at: str
+    updated_at: str
+
+    @property
+    def done(self) -> bool:
+        """Whether the run reached an end (it is neither pending nor running)."""
+        return self.status not in ACTIVE
+
+
+class ThreadBusy(CheckpointError):
+    """A run was refused (``multitask_strategy="reject"``) because the thread has a pending or running run."""
+
+
+class ServerStorage:
+    """
+    Thread records and the run queue, in the checkpointer's database. Thread-safe; every method is one transaction.
+
+    :param database: The database (its tables are created or migrated here).
+    """
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._migrate()
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self.database.close()
+
+    def _migrate(self) -> None:
+        with self.database.transaction() as cur:
+            if self.database.dialect == "postgres":
+                cur.rows("SELECT pg_advisory_xact_lock(hashtext('haystack_state_server_migrations'))")
+                cur.change(f'CREATE SCHEMA IF NOT EXISTS "{getattr(self.database, "schema", "public")}"')
+            cur.change(
+                "CREATE TABLE IF NOT EXISTS {migrations} (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            current = int(cur.rows("SELECT COALESCE(MAX(version), 0) FROM {migrations}")[0][0])
+            if current > len(MIGRATIONS):
+                raise CheckpointError(
+                    f"The server's tables are at version {current}, newer than this haystack-state supports "
+                    f"({len(MIGRATIONS)}); upgrade haystack-state."
+                )
+            for version in range(current + 1, len(MIGRATIONS) + 1):
+                for statement in MIGRATIONS[version - 1]:
+                    cur.change(statement)
+                cur.change("INSERT INTO {migrations} VALUES (:v, :at)", {"v": version, "at": now_text()})
+
+    # --- threads ---------------------------------------------------------------------------------------------
+
+    def create_thread(
+        self, thread_id: str, owner: str, metadata: Mapping[str, Any], *, if_exists: str = "raise"
+    ) -> ThreadRecord | None:
+        """
+        Create a thread record.
+
+        :returns: The new record; with ``if_exists="do_nothing"``, the owner's existing record; None if the id is
+            taken (by this owner with ``if_exists="raise"``, or by another owner).
+        """
+        at = now_text()
+        with self.database.transaction() as cur:
+            found = self._thread(cur, thread_id)
+            if found is not None:
+                return found if found.owner == owner and if_exists == "do_nothing" else None
+            cur.change(
+                "INSERT INTO {threads} (thread_id, owner, assistant_id, metadata, status, created_at, updated_at) "
+                "VALUES (:id, :owner, NULL, :metadata, 'idle', :at, :at)",
+                {"id": thread_id, "owner": owner, "metadata": _dumps(metadata), "at": at},
+            )
+            return self._thread(cur, thread_id)
+
+    def get_thread(self, thread_id: str, owner: str) -> ThreadRecord | None:
+        """The owner's thread, or None (also for another owner's thread)."""
+        with self.database.transaction(write=False) as cur:
+            found = self._thread(cur, thread_id)
+        return found if found is not None and found.owner == owner else None
+
+    def _thread(self, cur: Cursor, thread_id: str) -> ThreadRecord | None:
+        rows = cur.rows(f"{_THREADS} WHERE t.thread_id = :id", {"id": thread_id})
+        return _thread_record(rows[0]) if rows else None
+
+    def search_threads(
+        self,
+        owner: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        ids: Sequence[str] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        sort_by: str = "created_at",
+        sort_order: str = "desc",
+    ) -> list[ThreadRecord]:
+        """The owner's threads matching every filter (metadata: each top-level key equal), sorted and paged."""
+        if sort_by not in THREAD_SORT or sort_order not in ("asc", "desc"):
+            raise ValueError(f"cannot sort threads by {sort_by!r} {sort_order!r}")
+        where, params = self._thread_filters(owner, metadata, status, ids)
+        order = "current_status" if sort_by == "status" else sort_by
+        query = (
+            f"SELECT * FROM ({_THREADS} WHERE t.owner = :owner) AS s WHERE {where} "
+            f"ORDER BY {order} {sort_order}, thread_id {sort_order} LIMIT :limit OFFSET :offset"
+        )
+        with self.database.transaction(write=False) as cur:
+            rows = cur.rows(query, {**params, "limit": limit, "offset": offset})
+        return [_thread_record(row) for row in rows]
+
+    def count_threads(self, owner: str, *, metadata: Mapping[str, Any] | None = None, status: str | None = None) -> int:
+        """How many of the owner's threads match the filters."""
+        where, params = self._thread_filters(owner, metadata, status, None)
+        query = f"SELECT COUNT(*) FROM ({_THREADS} WHERE t.owner = :owner) AS s WHERE {where}"
+        with self.database.transaction(write=False) as cur:
+            return int(cur.rows(query, params)[0][0])
+
+    def _thread_filters(
+        self, owner: str, metadata: Mapping[str, Any] | None, status: str | None, ids: Sequence[str] | None
+    ) -> tuple[str, dict[str, Any]]:
+        clauses, params = ["1 = 1"], {"owner": owner}
+        if status is not None:
+            clauses.append("current_status = :status")
+            params["status"] = status
+        if ids:
+            names = [f"id_{i}" for i in range(len(ids))]
+            clauses.append(f"thread_id IN ({', '.join(':' + n for n in names)})")
+            params.update(zip(names, ids, strict=True))
+        if metadata:
+            if self.database.dialect == "postgres":
+                clauses.append("CAST(metadata AS jsonb) @> CAST(:metadata_filter AS jsonb)")
+                params["metadata_filter"] = _dumps(metadata)
+            else:
+                for i, (key, value) in enumerate(metadata.items()):
+                    clauses.append(f"json_extract(metadata, :path_{i}) IS json_extract(:value_{i}, '$')")
+                    params[f"path_{i}"] = '$."' + str(key).replace('"', '\\"') + '"'
+                    params[f"value_{i}"] = _dumps(value)
+        return " AND ".join(clauses), params
+
+    def update_thread(
+        self,
+        thread_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        assistant_id: str | None = None,
+    ) -> None:
+        """Merge metadata into a thread record, and/or set its last outcome or assistant; bump ``updated_at``."""
+        with self.database.transaction() as cur:
+            found = self._thread(cur, thread_id)
+            if found is None:
+                return
+            merged = {**found.metadata, **(metadata or {})}
+            cur.change(
+                "UPDATE {threads} SET metadata = :metadata, status = COALESCE(:status, status), "
+                "assistant_id = COALESCE(:assistant, assistant_id), updated_at = :at WHERE thread_id = :id",
+                {
+                    "metadata": _dumps(merged),
+                    "status": status,
+                    "assistant": assistant_id,
+                    "at": now_text(),
+                    "id": thread_id,
+                },
+            )
+
+    def delete_thread(self, thread_id: str, owner: str) -> bool:
+        """
+        Delete the owner's thread record and its runs.
+
+        :returns: Whether it existed.
+        :raises ThreadBusy: If a run of the thread is running (nothing is deleted).
+        """
+        with self.database.transaction() as cur:
+            found = self._thread(cur, thread_id)
+            if found is None or found.owner != owner:
+                return False
+            running = cur.rows(
+                "SELECT run_id FROM {runs} WHERE thread_id = :id AND status = 'running'", {"id": thread_id}
+            )
+            if running:
+                raise ThreadBusy(f"Thread '{thread_id}' has a running run ({running[0][0]}); delete it when it ends.")
+            cur.change("DELETE FROM {runs} WHERE thread_id = :id", {"id": thread_id})
+            cur.change("DELETE FROM {threads} WHERE thread_id = :id", {"id": thread_id})
+            return True
+
+    # --- runs --------------------------------------------------------------------------------------------------
+
+    def create_run(
+        self, run: RunRecord, *, lease_until: str | None = None, max_pending: int | None = None
+    ) -> RunRecord:
+        """
+        Add a run to the queue: ``running`` (claimed by ``run.worker`` until ``lease_until``) if ``run.status`` is
+        running and its thread is free, else pending.
+
+        :raises ThreadBusy: With ``multitask_strategy="reject"``, if the thread has a pending or running run; with
+            ``"enqueue"``, never (the run waits its turn). Nothing is written then.
+        :raises QueueFull: If ``max_pending`` runs are pending already.
+        """
+        with self.database.transaction() as cur:
+            active = cur.rows(
+                "SELECT run_id, status FROM {runs} WHERE thread_id = :id AND status IN ('pending', 'running')",
+                {"id": run.thread_id},
+            )
+            if active and run.multitask_strategy == "reject":
+                raise ThreadBusy(
+                    f"Thread '{run.thread_id}' is busy with run {active[0][0]} ({active[0][1]}); retry when it ends, "
+                    "or send multitask_strategy='enqueue' to queue this run behind it."
+                )
+            if max_pending is not None:
+                pending = int(cur.rows("SELECT COUNT(*) FROM {runs} WHERE status = 'pending'")[0][0])
+                if pending >= max_pending:
+                    raise QueueFull(f"The run queue is full ({pending} pending runs); retry later.")
+            status: RunStatus = "running" if run.status == "running" and not active else "pending"
+            record = dataclasses.replace(run, status=status, worker=run.worker if status == "running" else None)
+            cur.change(
+                f"INSERT INTO {{runs}} ({_RUN_COLUMNS}, lease_until) VALUES (:run_id, :thread_id, :assistant_id, "
+                ":owner, :status, :multitask_strategy, :kwargs, :metadata, :error, :worker, :created_at, "
+                ":updated_at, :lease_until)",
+                {**_run_params(record), "lease_until": lease_until if status == "running" else None},
+            )
+            cur.change(
+                "UPDATE {threads} SET assistant_id = :assistant, updated_at = :at WHERE thread_id = :id",
+                {"assistant": run.assistant_id, "at": run.created_at, "id": run.thread_id},
+            )
+            return record
+
+    def get_run(self, run_id: str, owner: str | None = None) -> RunRecord | None:
+        """A run (the owner's, when ``owner`` is given), or None."""
+        with self.database.transaction(write=False) as cur:
+            rows = cur.rows(f"SELECT {_RUN_COLUMNS} FROM {{runs}} WHERE run_id = :id", {"id": run_id})
+        run = _run_record(rows[0]) if rows else None
+        return run if run is not None and (owner is None or run.owner == owner) else None
+
+    def list_runs(
+        self, thread_id: str, owner: str, *, limit: int = 10, offset: int = 0, status: str | None = None
+    ) -> list[RunRecord]:
+        """The thread's runs, newest first."""
+        query = f"SELECT {_RUN_COLUMNS} FROM {{runs}} WHERE thread_id = :id AND owner = :owner"
+        params: dict[str, Any] = {"id": thread_id, "owner": owner, "limit": limit, "offset": offset}
+        if status is not None:
+            query += " AND status = :status"
+            params["status"] = status
+        with self.database.transaction(write=False) as cur:
+            rows = cur.rows(query + " ORDER BY run_id DESC LIMIT :limit OFFSET :offset", params)
+        return [_run_record(row) for row in rows]
+
+    def claim_next(self, worker: str, assistants: Iterable[str], lease_until: str) -> RunRecord | None:
+        """
+        Claim the oldest pending run of a thread that has no running run, among ``assistants``.
+
+        :returns: The claimed run (now ``running``), or None if there is none (or another worker won the race).
+        """
+        names = sorted(set(assistants))
+        if not names:
+            return None
+        params: dict[str, Any] = {f"a_{i}": name for i, name in enumerate(names)}
+        query = _NEXT_PENDING.replace("{assistants}", ", ".join(f":a_{i}" for i in range(len(names))))
+        if self.database.dialect == "postgres":
+            query += " FOR UPDATE SKIP LOCKED"
+        try:
+            with self.database.transaction() as cur:
+                rows = cur.rows(query, params)
+                if not rows:
+                    return None
+                return self._start(cur, str(rows[0][0]), worker, lease_until)
+        except UniqueViolation:  # another worker started a run of the same thread first
+            return None
+
+    def claim(self, run_id: str, worker: str, lease_until: str) -> RunRecord | None:
+        """Claim one pending run, if its thread has no running run and no older pending run."""
+        try:
+            with self.database.transaction() as cur:
+                rows = cur.rows(
+                    "SELECT q.run_id FROM {runs} AS q WHERE q.run_id = :id AND q.status = 'pending' AND NOT EXISTS "
+                    "(SELECT 1 FROM {runs} AS o WHERE o.thread_id = q.thread_id AND (o.status = 'running' OR "
+                    "(o.status = 'pending' AND o.run_id < q.run_id)))",
+                    {"id": run_id},
+                )
+                return self._start(cur, run_id, worker, lease_until) if rows else None
+        except UniqueViolation:
+            return None
+
+    def _start(self, cur: Cursor, run_id: str, worker: str, lease_until: str) -> RunRecord | None:
+        changed = cur.change(
+            "UPDATE {runs} SET status = 'running', worker = :worker, lease_until = :lease, updated_at = :at "
+            "WHERE run_id = :id AND status = 'pending'",
+            {"worker": worker, "lease": lease_until, "at": now_text(), "id": run_id},
+        )
+        if changed != 1:
+            return None
+        rows = cur.rows(f"SELECT {_RUN_COLUMNS} FROM {{runs}} WHERE run_id = :id", {"id": run_id})
+        return _run_record(rows[0])
+
+    def finish_run(self, run_id: str, status: RunStatus, *, thread_status: str, error: str | None = None) -> None:
+        """Record a run's end and its thread's new outcome (``idle``, ``interrupted`` or ``error``)."""
+        at = now_text()
+        with self.database.transaction() as cur:
+            rows = cur.rows("SELECT thread_id FROM {runs} WHERE run_id = :id", {"id": run_id})
+            cur.change(
+                "UPDATE {runs} SET status = :status, error = :error, lease_until = NULL, updated_at = :at "
+                "WHERE run_id = :id",
+                {"status": status, "error": error, "at": at, "id": run_id},
+            )
+            if rows:
+                cur.change(
+                    "UPDATE {threads} SET status = :status, updated_at = :at WHERE thread_id = :id",
+                    {"status": thread_status, "at": at, "id": rows[0][0]},
+                )
+
+    def cancel_pending(self, run_id: str) -> bool:
+        """Cancel a pending run (status ``interrupted``). Returns whether it was pending."""
+        with self.database.transaction() as cur:
+            return (
+                cur.change(
+                    "UPDATE {runs} SET status = 'interrupted', error = 'cancelled before it started', "
+                    "updated_at = :at WHERE run_id = :id AND status = 'pending'",
+                    {"at": now_text(), "id": run_id},
+                )
+                == 1
+            )
+
+    def delete_run(self, run_id: str) -> bool:
+        """Delete a run that is not running. Returns whether it was deleted."""
+        with self.database.transaction() as cur:
+            return cur.change("DELETE FROM {runs} WHERE run_id = :id AND status <> 'running'", {"id": run_id}) == 1
+
+    def renew_leases(self, worker: str, run_ids: Iterable[str], lease_until: str) -> None:
+        """Extend the leases of the runs a worker is running."""
+        ids = list(run_ids)
+        if not ids:
+            return
+        params: dict[str, Any] = {f"r_{i}": run_id for i, run_id in enumerate(ids)}
+        placeholders = ", ".join(f":r_{i}" for i in range(len(ids)))
+        with self.database.transaction() as cur:
+            cur.change(
+                f"UPDATE {{runs}} SET lease_until = :lease WHERE worker = :worker AND status = 'running' "
+                f"AND run_id IN ({placeholders})",
+                {**params, "lease": lease_until, "worker": worker},
+            )
+
+    def expire_leases(self) -> list[str]:
+        """Mark the running runs whose lease expired (their worker stopped) as failed. Returns their ids."""
+        at = now_text()
+        with self.database.transaction() as cur:
+            rows = cur.rows(
+                "SELECT run_id, thread_id FROM {runs} WHERE status = 'running' AND lease_until < :at", {"at": at}
+            )
+            for run_id, thread_id in rows:
+                cur.change(
+                    "UPDATE {runs} SET status = 'error', error = :error, lease_until = NULL, updated_at = :at "
+                    "WHERE run_id = :id",
+                    {"error": "its worker stopped before the run ended (lease expired)", "at": at, "id": run_id},
+                )
+                cur.change(
+                    "UPDATE {threads} SET status = 'error', updated_at = :at WHERE thread_id = :id",
+                    {"at": at, "id": thread_id},
+                )
+        return [str(row[0]) for row in rows]
+
+    def pending_count(self) -> int:
+        """How many runs wait in the queue."""
+        with self.database.transaction(write=False) as cur:
+            return int(cur.rows("SELECT COUNT(*) FROM {runs} WHERE status = 'pending'")[0][0])
+
+
+class QueueFull(CheckpointError):
+    """The run queue holds its maximum of pending runs."""
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _loads(text: Any) -> dict[str, Any]:
+    value = json.loads(text) if isinstance(text, str) else text
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _thread_record(row: Sequence[Any]) -> ThreadRecord:
+    thread_id, owner, assistant_id, metadata, _, created_at, updated_at, status = row[:8]
+    return ThreadRecord(
+        thread_id=str(thread_id),
+        owner=str(owner),
+        assistant_id=assistant_id,
+        metadata=_loads(metadata),
+        status=status,
+        created_at=str(created_at),
+        updated_at=str(updated_at),
+    )
+
+
+def _run_params(run: RunRecord) -> dict[str, Any]:
+    params = dataclasses.asdict(run)
+    params["kwargs"] = _dumps(run.kwargs)
+    params["metadata"] = _dumps(run.metadata)
+    return params
+
+
+def _run_record(row: Sequence[Any]) -> RunRecord:
+    fields = [f.name for f in dataclasses.fields(RunRecord)]
+    values = dict(zip(fields, row, strict=True))
+    values["kwargs"] = _loads(values["kwargs"])
+    values["metadata"] = _loads(values["metadata"])
+    return RunRecord(**values)
