@@ -16,6 +16,7 @@ from haystack import component, default_from_dict, default_to_dict, logging
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage, ToolCall
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT, select_streaming_callback
+from haystack.token_counters import TokenCounter
 from haystack.tools.serde_utils import deserialize_tools_or_toolset_inplace, serialize_tools_or_toolset
 from haystack.tools.toolset import Toolset
 from haystack.tools.utils import (
@@ -28,6 +29,13 @@ from haystack.tools.utils import (
 from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
 
+from haystack_state.agent.context import (
+    ContextPolicy,
+    ContextSummary,
+    policy_from_dict,
+    policy_to_dict,
+    policy_tools,
+)
 from haystack_state.agent.drive import Effects, accepts, drive, drive_async
 from haystack_state.agent.events import EventSink
 from haystack_state.agent.hooks import (
@@ -61,6 +69,19 @@ from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
 __all__ = ["Agent"]
 
 logger = logging.getLogger(__name__)
+
+
+#: The state key holding the running summary of a ``Summarize`` context policy: thread-scoped, checkpointed.
+SUMMARY_KEY = "context_summary"
+SUMMARY_FIELD: dict[str, Any] = {
+    "type": ContextSummary | None,
+    "description": "The running summary of the conversation's older turns (the Summarize context policy's).",
+}
+
+
+def folds_summary(policy: Any) -> bool:
+    """Whether a context policy (or one it composes) writes the running summary."""
+    return any(getattr(p, "folds_summary", False) for p in [policy, *getattr(policy, "policies", [])])
 
 
 def _given(tools: ToolsArg | None) -> bool:
@@ -162,6 +183,8 @@ class Agent(ThreadMethods, StreamMethods):
         user_prompt: str | None = None,
         required_variables: RequiredVariables = "*",
         tool_streaming_callback_passthrough: bool = False,
+        context_policy: ContextPolicy | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> None:
         self.chat_generator = chat_generator
         self.tools = tools if tools is not None else []
@@ -175,6 +198,8 @@ class Agent(ThreadMethods, StreamMethods):
         self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
         self.tool_concurrency_limit = tool_concurrency_limit
         self.tool_streaming_callback_passthrough = tool_streaming_callback_passthrough
+        self.context_policy = context_policy
+        self.token_counter = token_counter
         self.hooks = normalize_hooks(hooks)
         self.checkpointer = checkpointer
         self.interrupt_before = list(interrupt_before or [])
@@ -182,9 +207,14 @@ class Agent(ThreadMethods, StreamMethods):
         if max_agent_steps < 1 or tool_concurrency_limit < 1:
             raise ValueError("max_agent_steps and tool_concurrency_limit must be at least 1.")
         self._generator_takes_tools = accepts(chat_generator.run, "tools")
-        self._specs_fields = build_schema(self.state_schema)
-        reserved = RESERVED_OUTPUTS | RESERVED_INPUTS | set(RUN_KEYS)
-        clashes = sorted(set(self._specs_fields) & reserved)
+        if context_policy is not None and not callable(getattr(context_policy, "plan", None)):
+            raise TypeError(f"context_policy must have a plan(view) method, got {context_policy!r}.")
+        summary_key = SUMMARY_KEY if context_policy is not None and folds_summary(context_policy) else None
+        reserved = RESERVED_OUTPUTS | RESERVED_INPUTS | set(RUN_KEYS) | ({SUMMARY_KEY} if summary_key else set())
+        self._specs_fields = build_schema(
+            {**self.state_schema, SUMMARY_KEY: SUMMARY_FIELD} if summary_key else self.state_schema
+        )
+        clashes = sorted(set(self.state_schema) & reserved)
         if clashes:
             raise ValueError(
                 f"state_schema keys {clashes} clash with Agent outputs, run parameters or run values; rename them. "
@@ -211,7 +241,8 @@ class Agent(ThreadMethods, StreamMethods):
                 f"{type(chat_generator).__name__}.run does not accept a 'tools' parameter, so it cannot be given "
                 f"tools ({', '.join(names) or 'a toolset'}). Use a chat generator with tool support."
             )
-        self._toolbox = Toolbox(self.tools, self._specs_fields)
+        extra_tools = policy_tools(context_policy) if context_policy is not None else []
+        self._toolbox = Toolbox(self.tools, self._specs_fields, extra=extra_tools)
         known = self._toolbox.known()  # checks the known tools' state mappings
         # Tools of a toolset that loads them in warm_up() are known only then: names they may provide are checked
         # after warm-up.
@@ -248,6 +279,9 @@ class Agent(ThreadMethods, StreamMethods):
             max_agent_steps=self.max_agent_steps,
             hooks=self.hooks,
             generator_streams=accepts(chat_generator.run, "streaming_callback"),
+            context_policy=context_policy,
+            token_counter=(lambda: token_counter) if token_counter is not None else None,
+            summary_key=summary_key,
             interrupt_before=frozenset(self.interrupt_before),
         )
         self._is_warmed_up = False
@@ -527,6 +561,8 @@ class Agent(ThreadMethods, StreamMethods):
             hooks=serialize_hooks(self.hooks),
             checkpointer=self.checkpointer.to_dict() if self.checkpointer is not None else None,
             interrupt_before=self.interrupt_before or None,
+            context_policy=policy_to_dict(self.context_policy) if self.context_policy is not None else None,
+            token_counter=component_to_dict(self.token_counter, "token_counter") if self.token_counter else None,
         )
 
     @classmethod
@@ -544,4 +580,8 @@ class Agent(ThreadMethods, StreamMethods):
             params["checkpointer"] = checkpointer_from_dict(params["checkpointer"])
         if params.get("hooks"):
             params["hooks"] = deserialize_hooks(params["hooks"])
+        if params.get("context_policy"):
+            params["context_policy"] = policy_from_dict(params["context_policy"])
+        if params.get("token_counter"):
+            deserialize_component_inplace(params, key="token_counter")
         return default_from_dict(cls, data)

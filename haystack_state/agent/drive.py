@@ -95,7 +95,7 @@ def execute(effect: Effect, effects: Effects) -> Any:
     :returns: Its result.
     """
     if isinstance(effect, CallModel):
-        return effects.chat_generator.run(**effect.inputs)
+        return (effect.generator or effects.chat_generator).run(**effect.inputs)
     if isinstance(effect, RunTools):
         return run_tool_calls(
             effect.messages,
@@ -123,10 +123,11 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
     :returns: Its result.
     """
     if isinstance(effect, CallModel):
-        run_async = getattr(effects.chat_generator, "run_async", None)
+        generator = effect.generator or effects.chat_generator
+        run_async = getattr(generator, "run_async", None)
         if run_async is not None:
             return await run_async(**effect.inputs)
-        return await asyncio.to_thread(effects.chat_generator.run, **effect.inputs)
+        return await asyncio.to_thread(generator.run, **effect.inputs)
     if isinstance(effect, RunTools):
         return await run_tool_calls_async(
             effect.messages,

@@ -19,16 +19,26 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 from haystack import logging
 from haystack.dataclasses import ChatMessage, ToolCall
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT
+from haystack.token_counters import TokenCounter
 from haystack.tools.tool import Tool
 from haystack.tools.toolset import Toolset
 from haystack.tracing.tracer import is_tracing_enabled
 
+from haystack_state.agent.context import (
+    ContextPlan,
+    ContextPolicy,
+    ContextSummary,
+    ContextView,
+    default_token_counter,
+    token_meter,
+)
+from haystack_state.agent.context.summary import SummaryRequest
 from haystack_state.agent.events import (
     CheckpointCommitted,
     EventSink,
@@ -150,9 +160,11 @@ def context_tokens(usage: Mapping[str, Any]) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class CallModel:
-    """Effect: call the chat generator with these inputs; send back its result dict."""
+    """Effect: call the chat generator (or ``generator``, such as a summarizer) with these inputs; send back its
+    result dict."""
 
     inputs: dict[str, Any]
+    generator: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +216,10 @@ class LoopConfig:
     :param hooks: The hooks by point.
     :param generator_streams: Whether the chat generator takes a ``streaming_callback``.
     :param interrupt_before: Tools before which a run on a thread stops.
+    :param context_policy: Decides what the model is sent (see :mod:`haystack_state.agent.context`); everything if
+        None.
+    :param token_counter: Gives the token counter the policy measures with.
+    :param summary_key: The state key holding the running summary, if the policy summarizes.
     """
 
     schema: dict[str, FieldSpec]
@@ -213,6 +229,9 @@ class LoopConfig:
     hooks: dict[str, list[Any]]
     generator_streams: bool
     interrupt_before: frozenset[str] = frozenset()
+    context_policy: ContextPolicy | None = None
+    token_counter: Callable[[], TokenCounter] | None = None
+    summary_key: str | None = None
 
 
 @dataclasses.dataclass
@@ -354,6 +373,7 @@ class AgentRun:
         self.exit_reason: str | None = None
         self.waiting: list[ToolCall] = []
         self.mirror: list[ChatMessage] | None = None  # see _conversation
+        self.counter: TokenCounter | None = None
         self.mirror_mark: tuple[Any, int] | None = None
         self.tools = config.toolbox.resolve(request.tools)
         # Toolsets are read again at every step: one may discover tools during the run.
@@ -393,6 +413,15 @@ class AgentRun:
         system = request.system_message
         if is_new and system is not None and not (conversation and conversation[0].is_from("system")):
             conversation.insert(0, system)
+        stored = len(state.view("messages") or [])
+        # Where this run's own messages start: its latest user message (what came before it in the input is history
+        # the caller passed along), or, without one, the end of the stored conversation. A continued run keeps the
+        # start of the run it continues.
+        users = [i for i, message in enumerate(conversation) if message.is_from("user")]
+        self.run_start = stored + users[-1] if users else stored + len(conversation)
+        previous = session.run_metadata().get("run_start") if session is not None and self.continuing else None
+        if isinstance(previous, int) and 0 <= previous <= stored:
+            self.run_start = previous
         if conversation:
             state.set("messages", conversation)
         return state
@@ -451,7 +480,7 @@ class AgentRun:
     ) -> Generator[Effect, Any, None]:
         state = self.state
         values = state.run_values
-        metadata: dict[str, Any] = {"run_step": self.step, **extra}
+        metadata: dict[str, Any] = {"run_step": self.step, "run_start": self.run_start, **extra}
         if values["token_usage"]:
             metadata["token_usage"] = values["token_usage"]
         if any(values["tool_call_counts"].values()):
@@ -498,7 +527,11 @@ class AgentRun:
 
     def _call_model(self, step_span: Any) -> Generator[Effect, Any, list[ChatMessage]]:
         request = self.request
-        inputs: dict[str, Any] = {"messages": self._conversation()}
+        conversation = self._conversation()
+        sent: list[ChatMessage] = conversation
+        if self.config.context_policy is not None:
+            sent = yield from self._plan_context(conversation)
+        inputs: dict[str, Any] = {"messages": sent}
         if self.tools.model_tools:
             inputs["tools"] = self.tools.model_tools
         if request.sink is not None:
@@ -530,7 +563,66 @@ class AgentRun:
         last_usage = replies[-1].meta.get("usage") if replies else None
         if isinstance(last_usage, Mapping) and (tokens := context_tokens(last_usage)):
             values["context_tokens"] = tokens
+        elif self.config.context_policy is not None:  # no usage reported: what the policy had counted
+            values["context_tokens"] = token_meter(self._counter()).total(sent, self.tools.model_tools)
         return replies
+
+    # --- the context the model sees ----------------------------------------------------------------------------
+
+    def _counter(self) -> TokenCounter:
+        if self.counter is None:
+            make = self.config.token_counter
+            self.counter = make() if make is not None else default_token_counter()
+        return self.counter
+
+    def _view(self, conversation: list[ChatMessage], summary: ContextSummary | None) -> ContextView:
+        return ContextView(
+            conversation,
+            min(self.run_start, len(conversation)),
+            summary=summary,
+            counter=self._counter(),
+            tools=self.tools.model_tools,
+        )
+
+    def _plan_context(self, conversation: list[ChatMessage]) -> Generator[Effect, Any, list[ChatMessage]]:
+        """
+        What the model is sent: the policy's plan. If it asks for a summary first, the summarizer writes one (the
+        ``context_summary`` key, committed on its own checkpoint) and the policy plans again with it; if the
+        summarizer fails, the first plan is sent (it is a valid context) and the next step asks again.
+        """
+        policy = self.config.context_policy
+        assert policy is not None
+        key = self.config.summary_key
+        summary = self.state.get(key) if key is not None else None
+        plan: ContextPlan = policy.plan(self._view(conversation, summary))
+        if plan.summarize is not None and key is not None:
+            written = yield from self._summarize(plan.summarize, key)
+            if written is not None:
+                plan = policy.plan(self._view(conversation, written))
+        return list(plan.messages)
+
+    def _summarize(self, request: SummaryRequest, key: str) -> Generator[Effect, Any, ContextSummary | None]:
+        try:
+            result = yield CallModel({"messages": request.prompt()}, generator=request.chat_generator)
+            replies: list[ChatMessage] = list(result["replies"])
+            summary = request.result(replies)
+        except Exception as exc:  # a summary is an optimization: the run goes on without it
+            logger.warning(
+                "Agent: the summarizer failed ({error_type}: {error}); sending the conversation without a new "
+                "summary, and asking again at the next step.",
+                error_type=type(exc).__name__,
+                error=exc,
+            )
+            return None
+        values = self.state.run_values
+        for reply in replies:
+            usage = reply.meta.get("usage")
+            if isinstance(usage, Mapping):
+                values["token_usage"] = add_usage(values["token_usage"], usage)
+        self.state.set(key, summary)
+        covers = {"covers": list(summary.covers), "tokens": summary.tokens}
+        yield from self._commit("update", continues=True, context_summary=covers)
+        return summary
 
     def _run_tools(
         self, calling: list[ChatMessage], rejected: Mapping[str, ChatMessage], order: list[str | None]

@@ -80,10 +80,11 @@ class Toolbox:
 
     :param tools: The agent's tools.
     :param schema: The agent's state schema, to check the tools' state mappings against.
+    :param extra: Tools the agent adds to the given ones (a context policy's, such as ``read_tool_result``).
     """
 
-    def __init__(self, tools: ToolsArg | None, schema: Mapping[str, FieldSpec]) -> None:
-        self.items = _items(tools)
+    def __init__(self, tools: ToolsArg | None, schema: Mapping[str, FieldSpec], *, extra: Sequence[Tool] = ()) -> None:
+        self.items = _items(tools) + list(extra)
         self.schema = schema
         self._cache: weakref.WeakKeyDictionary[Tool, tuple[ToolSpec, Tool]] = weakref.WeakKeyDictionary()
         self.has_toolsets = any(isinstance(item, Toolset) for item in self.items)
