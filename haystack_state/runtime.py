@@ -1,0 +1,129 @@
+"""
+``RunContext``: a run's dependencies (a database connection, an HTTP client, the current user), given to tools,
+hooks, loaders and context policies, and never put in the State.
+
+``agent.run(messages, context=obj)`` (or ``ToolInvoker.run(..., context=obj)``) makes ``obj`` the run's
+dependencies. A tool parameter annotated ``RunContext[T]`` receives a frozen wrapper: ``.deps`` is ``obj`` itself,
+never copied, with the run's ``thread_id``, ``run_id`` and current ``step``, and the agent's long-term memory
+``store``. The parameter is hidden from the model like the other injected ones. The context is never stored in the
+state or in a checkpoint, never returned as an output, never serialized and never shown to the model.
+
+```python
+from dataclasses import dataclass
+
+from haystack_state import RunContext, tool
+
+
+@dataclass
+class Deps:
+    user_id: str
+
+
+@tool
+def whoami(ctx: RunContext[Deps]) -> str:
+    '''Say who is asking.'''
+    return ctx.deps.user_id
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar, Union, get_args, get_origin
+
+__all__ = ["RunContext", "check_deps", "deps_type"]
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext(Generic[T]):
+    """
+    What a tool, hook, loader or context policy knows about the run it serves (see the module docstring).
+
+    :param deps: The object given as ``run(context=...)``: the live object, never copied (None if none was given).
+    :param thread_id: The durable thread the run is on, or None.
+    :param run_id: The run's id (the one its events carry).
+    :param step: The step (model call) under way, from 1; 0 before the first model call.
+    :param store: The agent's long-term memory store (``Agent(store=...)``), or None.
+    :param emitter: Delivers custom events to the run's listeners (see :meth:`emit`); None when no one listens.
+    """
+
+    deps: T
+    thread_id: str | None = None
+    run_id: str | None = None
+    step: int = 0
+    store: Any = None
+    emitter: Callable[[str, Any], None] | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def emit(self, name: str, data: Any = None) -> None:
+        """
+        Send a ``CustomEvent`` to whoever streams the run (``Agent.stream``); nothing happens if no one does.
+
+        :param name: The event's name.
+        :param data: Its data (JSON-encodable by the checkpoint codec).
+        """
+        if self.emitter is not None:
+            self.emitter(name, data)
+
+    def at_step(self, step: int) -> RunContext[T]:
+        """The same context at another step."""
+        return self if step == self.step else dataclasses.replace(self, step=step)
+
+
+def deps_type(annotation: Any) -> Any:
+    """
+    The ``T`` of a ``RunContext[T]`` annotation (``Any`` for a bare ``RunContext``), or None if the annotation is not
+    a ``RunContext``.
+
+    :param annotation: A parameter's annotation (already unwrapped from ``Optional``/``Annotated``).
+    :returns: ``T``, ``Any``, or None.
+    """
+    if annotation is RunContext:
+        return Any
+    if get_origin(annotation) is RunContext:
+        args = get_args(annotation)
+        return args[0] if args else Any
+    return None
+
+
+def check_deps(expected: Any, deps: Any, where: str) -> None:
+    """
+    Check the run's dependencies against what a ``RunContext[T]`` parameter expects, where ``T`` can be checked (a
+    class, or a union of classes); other annotations are trusted.
+
+    :param expected: ``T``.
+    :param deps: The object given as ``run(context=...)``.
+    :param where: What declares it, for the message (``"tool 'lookup', parameter 'ctx'"``).
+    :raises TypeError: Naming ``where``, the expected type and what was given.
+    """
+    if expected is Any or isinstance(expected, TypeVar):
+        return
+    classes = _classes(expected)
+    if classes is None or isinstance(deps, classes):
+        return
+    names = " | ".join(getattr(cls, "__qualname__", repr(cls)) for cls in classes)
+    given = "no context" if deps is None else f"{type(deps).__module__}.{type(deps).__qualname__}"
+    raise TypeError(
+        f"{where} expects RunContext[{names}], but the run was given {given}. Pass the dependencies as "
+        f"run(..., context=<a {names}>)."
+    )
+
+
+def _classes(annotation: Any) -> tuple[type, ...] | None:
+    """The classes an annotation stands for, if ``isinstance`` can check it; None otherwise."""
+    if isinstance(annotation, type) and get_origin(annotation) is None:
+        if getattr(annotation, "_is_protocol", False) and not getattr(annotation, "_is_runtime_protocol", False):
+            return None
+        return (annotation,)
+    if annotation is None or annotation is type(None):
+        return (type(None),)
+    args = get_args(annotation)
+    if args and get_origin(annotation) in (types.UnionType, Union):
+        parts = [_classes(arg) for arg in args]
+        if any(part is None for part in parts):
+            return None
+        return tuple(cls for part in parts if part is not None for cls in part)
+    return None
