@@ -293,8 +293,12 @@ class Agent(ThreadMethods):
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         self.warm_up()
         session = self._session(thread_id, checkpoint_id)
-        flow = agent_loop(self._config(callback), messages, state_inputs, session)
-        return drive(flow, self._effects())
+        try:
+            flow = agent_loop(self._config(callback), messages, state_inputs, session)
+            return drive(flow, self._effects())
+        finally:
+            if session is not None:
+                session.close()
 
     async def run_async(
         self,
@@ -317,9 +321,13 @@ class Agent(ThreadMethods):
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         await self.warm_up_async()
-        session = self._session(thread_id, checkpoint_id)
-        flow = agent_loop(self._config(callback), messages, state_inputs, session)
-        return await drive_async(flow, self._effects())
+        session = await self._session_async(thread_id, checkpoint_id)
+        try:
+            flow = agent_loop(self._config(callback), messages, state_inputs, session)
+            return await drive_async(flow, self._effects())
+        finally:
+            if session is not None:
+                await session.aclose()
 
     # --- durable threads ---------------------------------------------------------------------------------------
 
@@ -343,8 +351,12 @@ class Agent(ThreadMethods):
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         self.warm_up()
-        flow = agent_loop(self._config(callback), [], {}, self._existing(thread_id), decisions)
-        return drive(flow, self._effects())
+        session = self._existing(thread_id, lease=True)
+        try:
+            flow = agent_loop(self._config(callback), [], {}, session, decisions)
+            return drive(flow, self._effects())
+        finally:
+            session.close()
 
     async def resume_async(
         self,
@@ -355,8 +367,12 @@ class Agent(ThreadMethods):
         """Continue an interrupted run asynchronously. Same parameters and outputs as :meth:`resume`."""
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         await self.warm_up_async()
-        flow = agent_loop(self._config(callback), [], {}, self._existing(thread_id), decisions)
-        return await drive_async(flow, self._effects())
+        session = await self._existing_async(thread_id, lease=True)
+        try:
+            flow = agent_loop(self._config(callback), [], {}, session, decisions)
+            return await drive_async(flow, self._effects())
+        finally:
+            await session.aclose()
 
     # --- serialisation ---------------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from haystack_state.agent.loop import CallModel, Effect, RunTools
+from haystack_state.agent.loop import CallModel, Commit, Effect, HoldThread, RunTools
 from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
 from haystack_state.tools.spec import ToolSpec
 
@@ -133,6 +133,12 @@ def execute(effect: Effect, effects: Effects) -> Any:
     """
     if isinstance(effect, CallModel):
         return effects.chat_generator.run(**effect.inputs)
+    if isinstance(effect, HoldThread):
+        return effect.session.hold()
+    if isinstance(effect, Commit):
+        return effect.session.commit(
+            effect.state, effect.source, tool_names=effect.tool_names, metadata=effect.metadata, step=effect.step
+        )
     if isinstance(effect, RunTools):
         return run_tool_calls(
             effect.messages,
@@ -159,6 +165,12 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
         if run_async is not None:
             return await run_async(**effect.inputs)
         return await asyncio.to_thread(effects.chat_generator.run, **effect.inputs)
+    if isinstance(effect, HoldThread):
+        return await effect.session.hold_async()
+    if isinstance(effect, Commit):
+        return await effect.session.commit_async(
+            effect.state, effect.source, tool_names=effect.tool_names, metadata=effect.metadata, step=effect.step
+        )
     if isinstance(effect, RunTools):
         return await run_tool_calls_async(
             effect.messages,

@@ -31,7 +31,9 @@ __all__ = [
     "RESERVED_INPUTS",
     "RESERVED_OUTPUTS",
     "CallModel",
+    "Commit",
     "Effect",
+    "HoldThread",
     "LoopConfig",
     "RunHooks",
     "RunTools",
@@ -148,7 +150,26 @@ class RunHooks:
     state: State
 
 
-Effect = CallModel | RunTools | RunHooks
+@dataclasses.dataclass(frozen=True)
+class Commit:
+    """Effect: commit what the state changed as a checkpoint of the session's thread; send back its record."""
+
+    session: ThreadSession
+    state: State
+    source: Source
+    tool_names: Sequence[str]
+    metadata: dict[str, Any]
+    step: int
+
+
+@dataclasses.dataclass(frozen=True)
+class HoldThread:
+    """Effect: take the session's lease on its thread (before the run's first commit, model or tool call)."""
+
+    session: ThreadSession
+
+
+Effect = CallModel | RunTools | RunHooks | Commit | HoldThread
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +286,8 @@ def agent_loop(
     step = session.run_step if session is not None and continuing else 0
     base_step = session.step - step if session is not None else 0
     exit_reason = EXIT_MAX_STEPS
-    usage: dict[str, Any] = {}
+    # The token usage of the run, what an unfinished run spent before it stopped included.
+    usage: dict[str, Any] = session.run_usage if session is not None and continuing else {}
     tools_for_model = config.model_tools if config.model_tools is not None else model_tools(config.tools)
     # The conversation as the model is sent it, kept in step with the state's ``messages`` by appending what the
     # loop itself writes there, so a step costs no read of the whole history.
@@ -276,7 +298,7 @@ def agent_loop(
     current = max(step, 1)  # the step under way, for error messages
     waiting: list[ToolCall] = []
 
-    def failure(stage: str, exc: Exception) -> Exception:
+    def failure(stage: str, exc: Exception) -> Generator[Effect, Any, Exception]:
         # The error to raise, carrying the state, with the cause it must be raised from (re-raising a
         # ToolInvocationError keeps its own cause: the tool's exception).
         if isinstance(exc, ToolInvocationError):
@@ -284,34 +306,36 @@ def agent_loop(
             return exc
         error = AgentRunError(f"Agent: {stage} failed at step {current}: {type(exc).__name__}: {exc}", state)
         error.__cause__ = exc
-        release(error)
+        yield from release(error)
         return error
 
-    def release(error: AgentRunError) -> None:
+    def release(error: AgentRunError) -> Generator[Effect, Any, None]:
         # The run ends here, in this process: record that on the thread, so that a new run may start on it. (A
         # crashed run cannot do this: its thread stays marked until agent.run([], thread_id=...) finishes it.)
         # Tool calls left pending by a failed tool stay pending; so does a thread another run has taken.
         if session is None or isinstance(error.__cause__, ThreadConflictError):
             return
         try:
-            stopped = {"run_step": step, "stopped": str(error)[:500]}
-            session.commit(state, "update", metadata=stopped, step=base_step + step)
+            stopped = {"run_step": step, "usage": usage, "stopped": str(error)[:500]}
+            yield Commit(session, state, "update", (), stopped, base_step + step)
         except Exception as exc:  # the original failure is what the caller must see
             logger.warning(
-                "Agent: could not record on thread '{thread}' that the run stopped: {error}",
-                thread=session.thread_id,
+                "Agent: could not record on thread '{thread_id}' that the run stopped: {error}",
+                thread_id=session.thread_id,
                 error=exc,
             )
 
-    def commit(source: Source, tool_names: Sequence[str] = (), *, continues: bool = False) -> None:
+    def commit(
+        source: Source, tool_names: Sequence[str] = (), *, continues: bool = False
+    ) -> Generator[Effect, Any, None]:
         if session is None or (source in ("input", "update") and not state.has_changes()):
             return
-        metadata: dict[str, Any] = {"run_step": step}
+        metadata: dict[str, Any] = {"run_step": step, "usage": usage}
         if continues:
             metadata["continues"] = True
         if waiting:
             metadata.update(interrupted=True, pending=[call.id for call in waiting])
-        session.commit(state, source, tool_names=tool_names, metadata=metadata, step=base_step + step)
+        yield Commit(session, state, source, tool_names, metadata, base_step + step)
 
     def run_hooks(point: str) -> Generator[Effect, Any, list[Any]]:
         nonlocal conversation
@@ -319,7 +343,7 @@ def agent_loop(
         try:
             returned: list[Any] = yield RunHooks(point, hooks[point], state)
         except Exception as exc:
-            error = failure(f"the '{point}' hook", exc)
+            error = yield from failure(f"the '{point}' hook", exc)
             raise error from error.__cause__
         return returned
 
@@ -332,7 +356,7 @@ def agent_loop(
             if replies:
                 executed = yield RunTools(replies, state, config.streaming_callback)
         except Exception as exc:
-            error = failure("a tool call", exc)
+            error = yield from failure("a tool call", exc)
             raise error from error.__cause__
         tool_messages = in_call_order(order, executed, rejected)
         state.set("messages", tool_messages)
@@ -344,10 +368,12 @@ def agent_loop(
             yield from run_hooks("after_tool")
         names = [m.tool_call_result.origin.tool_name for m in tool_messages if m.tool_call_result is not None]
         exit_tool = _exit_tool(config, replies, tool_messages)
-        commit("tools", tool_names=names, continues=exit_tool is None and step < config.max_agent_steps)
+        yield from commit("tools", tool_names=names, continues=exit_tool is None and step < config.max_agent_steps)
         return exit_tool
 
-    commit("input", continues=True)
+    if session is not None:
+        yield HoldThread(session)  # the run's inputs are checked: from here on, no other run may take the thread
+    yield from commit("input", continues=True)
     if hooks.get("before_run") and not continuing:
         yield from run_hooks("before_run")
     exit_now: str | None = None
@@ -372,7 +398,7 @@ def agent_loop(
             replies: list[ChatMessage] = list(result["replies"])
             state.set("messages", replies)
         except Exception as exc:
-            error = failure("the chat generator", exc)
+            error = yield from failure("the chat generator", exc)
             raise error from error.__cause__
         conversation.extend(replies)
         for reply in replies:
@@ -383,10 +409,10 @@ def agent_loop(
         calls = [call for reply in replies for call in reply.tool_calls]
         if session is not None and any(call.tool_name in config.interrupt_before for call in calls):
             waiting = calls
-            commit("model", continues=True)
+            yield from commit("model", continues=True)
             exit_reason = EXIT_INTERRUPTED
             break
-        commit("model", continues=bool(calls))
+        yield from commit("model", continues=bool(calls))
         exit_now = EXIT_TEXT if not calls else (yield from run_tools(replies, {}, []))
         if exit_now is not None:
             exit_reason = exit_now
@@ -394,7 +420,9 @@ def agent_loop(
                 exit_now, exit_reason = None, EXIT_MAX_STEPS
     if hooks.get("after_run"):
         yield from run_hooks("after_run")
-    commit("update", continues=bool(waiting))  # what on_exit and after_run hooks changed since the last checkpoint
+    yield from commit(
+        "update", continues=bool(waiting)
+    )  # what on_exit and after_run hooks changed since the last checkpoint
     if conversation is None or not mirror:
         conversation = state.get("messages") or []
     outputs: dict[str, Any] = {key: state.get(key) for key in config.schema if key != "messages"}

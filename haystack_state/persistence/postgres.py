@@ -1,23 +1,33 @@
 """
-:class:`PostgresCheckpointer`: checkpoints in PostgreSQL (psycopg 3, with a connection pool).
+:class:`PostgresCheckpointer`: checkpoints in PostgreSQL (psycopg 3, with connection pools).
 
-Each checkpoint is one row holding its delta; a ``threads`` row holds the head. A commit locks the thread's row
-(``SELECT ... FOR UPDATE``), so two writers of the same thread are serialized and the second sees the first's head
-(and gets a :class:`~haystack_state.errors.ThreadConflictError`); creating a thread relies on the primary key of
-the ``threads`` table instead. Writers of different threads lock different rows and never wait for each other.
+Each checkpoint is one row holding its delta (and now and then a snapshot of the whole state); a ``threads`` row
+holds the head, a ``leases`` row a run's lease. A commit locks the thread's row (``SELECT ... FOR UPDATE``), so two
+writers of the same thread are serialized and the second sees the first's head (and gets a
+:class:`~haystack_state.errors.ThreadConflictError`); creating a thread relies on the primary key of the ``threads``
+table instead.
+
+Each operation is written once, as a *script*: a generator that yields SQL statements and receives their results.
+The sync methods run scripts on a ``ConnectionPool``, the async ones on an ``AsyncConnectionPool`` (one per event
+loop, closed when the loop shuts down or by ``aclose``). A statement that fails because the pooled connection died
+is retried once on a fresh connection if the transaction is known not to have been applied: it failed before its
+``COMMIT`` was sent, or (for a commit) the checkpoint is not there when looked up again.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import datetime as dt
-from collections.abc import Iterator
+import weakref
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 try:
     import psycopg
     from psycopg import sql
-    from psycopg_pool import ConnectionPool
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError as _error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         'PostgresCheckpointer needs the postgres extra: pip install "haystack-state[postgres]"'
@@ -27,11 +37,13 @@ from haystack.core.errors import SerializationError
 from haystack.utils import Secret
 
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, ThreadNotFoundError
+from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer, check_commit, conflict_error
-from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo
+from haystack_state.persistence.leases import busy_error
+from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo, parse_row, string_list_json
 
 #: Append-only: the schema version is the number of migrations applied. Never edit or reorder an entry.
-#: ``{threads}`` and ``{checkpoints}`` are replaced by the schema-qualified table names.
+#: ``{threads}``, ``{checkpoints}`` and ``{leases}`` are replaced by the schema-qualified table names.
 MIGRATIONS: list[tuple[str, ...]] = [
     (
         """CREATE TABLE {threads} (
@@ -58,9 +70,56 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX ON {threads} (updated_at)",
     ),
+    (  # snapshots, thread TTLs, leases; tool names and keys as JSON text (text[] cannot hold a NUL character)
+        "ALTER TABLE {checkpoints} ADD COLUMN snapshot text",
+        "ALTER TABLE {checkpoints} ADD COLUMN chain_bytes bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE {checkpoints} ADD COLUMN base_bytes bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE {checkpoints} ALTER COLUMN tool_names TYPE text USING array_to_json(tool_names)::text",
+        "ALTER TABLE {checkpoints} ALTER COLUMN changed_keys TYPE text USING array_to_json(changed_keys)::text",
+        "ALTER TABLE {threads} ADD COLUMN ttl double precision",
+        "ALTER TABLE {threads} ADD COLUMN expires_at double precision",
+        """CREATE TABLE {leases} (
+            thread_id text PRIMARY KEY,
+            owner text NOT NULL,
+            expires_at double precision NOT NULL
+        )""",
+    ),
 ]
 
 _META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
+_VISIBLE = "(expires_at IS NULL OR expires_at > %(now)s)"
+ONE, ALL, COUNT, NONE = "one", "all", "count", "none"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stmt:
+    """One SQL statement of a script, and what its result is: ``one`` row, ``all`` rows, a row ``count``, nothing."""
+
+    query: sql.Composed
+    params: Any
+    fetch: str = NONE
+
+
+Script = Generator[Stmt, Any, Any]
+
+
+class _Attempt:
+    """How far an attempt got: whether its COMMIT was sent, and on which connection."""
+
+    def __init__(self) -> None:
+        self.committing = False
+        self.conn: Any = None
+
+    def dead(self) -> bool:
+        return self.conn is not None and bool(self.conn.closed or getattr(self.conn, "broken", False))
+
+
+def _epoch(moment: dt.datetime) -> float:
+    return moment.timestamp()
+
+
+def _from_epoch(value: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(value, dt.UTC)
 
 
 class PostgresCheckpointer(Checkpointer):
@@ -68,12 +127,14 @@ class PostgresCheckpointer(Checkpointer):
     A checkpointer backed by PostgreSQL. Creates or migrates its tables on construction.
 
     :param conninfo: A libpq connection string or URL (``"postgresql://user@host/db"``). None uses the libpq
-        defaults and ``PG*`` environment variables. The checkpointer opens (and closes) its own pool.
+        defaults and ``PG*`` environment variables. The checkpointer opens (and closes) its own pools.
     :param pool: A ``psycopg_pool.ConnectionPool`` to borrow connections from instead; it is not closed by
-        :meth:`close`.
+        :meth:`close` (the async methods open pools of their own on its ``conninfo``).
     :param schema: The schema holding the tables (created if missing).
-    :param max_connections: The size of the pool the checkpointer opens when given a ``conninfo``.
+    :param max_connections: The size of each pool the checkpointer opens.
     :param cache_size: How many threads' head states to keep materialized (0 disables the cache).
+    :param kwargs: The settings of :class:`~haystack_state.persistence.base.Checkpointer` (``lease_ttl``,
+        ``thread_ttl``, ``snapshot_min_bytes``, ``snapshot_ratio``).
     """
 
     def __init__(
@@ -84,48 +145,192 @@ class PostgresCheckpointer(Checkpointer):
         schema: str = "public",
         max_connections: int = 4,
         cache_size: int = 64,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(cache_size=cache_size)
+        super().__init__(cache_size=cache_size, **kwargs)
         if conninfo is not None and pool is not None:
             raise ValueError("Pass either conninfo or pool, not both.")
         self._schema = schema
-        self._threads = sql.Identifier(schema, "haystack_state_threads")
-        self._checkpoints = sql.Identifier(schema, "haystack_state_checkpoints")
-        self._migrations = sql.Identifier(schema, "haystack_state_migrations")
+        self._names = {
+            "threads": sql.Identifier(schema, "haystack_state_threads"),
+            "checkpoints": sql.Identifier(schema, "haystack_state_checkpoints"),
+            "leases": sql.Identifier(schema, "haystack_state_leases"),
+            "migrations": sql.Identifier(schema, "haystack_state_migrations"),
+        }
+        self._queries: dict[str, sql.Composed] = {}
         self._owns_pool = pool is None
         self._conninfo = conninfo
         self._max_connections = max_connections
-        dsn = conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo
+        self._apools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._keepers: dict[int, AsyncGenerator[None, None]] = {}
+        self._scripts: dict[type, Callable[[Any], Script]] = {
+            ops.Insert: self._insert,
+            ops.ReadHead: self._read_head,
+            ops.ReadMeta: self._read_meta,
+            ops.ReadChain: self._read_chain,
+            ops.ReadHistory: self._read_history,
+            ops.ReadThreads: self._read_threads,
+            ops.DeleteThread: self._delete,
+            ops.ReadPruneCandidates: self._prune_candidates,
+            ops.SetSnapshot: self._set_snapshot,
+            ops.DeleteCheckpoints: self._delete_checkpoints,
+            ops.SetTTL: self._set_ttl,
+            ops.AcquireLease: self._acquire,
+            ops.RenewLease: self._renew,
+            ops.ReleaseLease: self._release,
+            ops.ReadLease: self._read_lease,
+        }
         if pool is None:
+            self._dsn = (conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo) or ""
             # Connect once directly first: a wrong conninfo fails at once instead of after the pool's timeout.
-            with psycopg.connect(dsn or "", autocommit=True) as conn:
+            with psycopg.connect(self._dsn, autocommit=True) as conn:
                 self._migrate(conn)
-            pool = ConnectionPool(
-                dsn or "", min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
+            self._pool = ConnectionPool(
+                self._dsn, min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
             )
-            self._pool = pool
         else:
+            self._dsn = pool.conninfo
             self._pool = pool
             with pool.connection() as conn:
                 self._migrate(conn)
 
-    # --- connections and SQL ------------------------------------------------------------------------------------
+    # --- connections and scripts --------------------------------------------------------------------------------
 
     def _q(self, template: str) -> sql.Composed:
-        return sql.SQL(template).format(
-            threads=self._threads, checkpoints=self._checkpoints, migrations=self._migrations
-        )
+        query = self._queries.get(template)
+        if query is None:
+            query = self._queries[template] = sql.SQL(template).format(**self._names)
+        return query
 
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._pool.connection() as conn, conn.transaction():
-            yield conn
+    def _execute(self, op: ops.Op) -> Any:
+        for attempt in (1, 2):
+            state = _Attempt()
+            try:
+                with self._pool.connection() as conn:
+                    state.conn = conn
+                    return self._run(conn, op, state)
+            except psycopg.OperationalError:
+                if attempt == 2 or not state.dead():
+                    raise
+                self._pool.check()  # replace the pool's other dead connections before the retry
+                if state.committing and self._applied(op):
+                    return None
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        # Reads need no explicit transaction: each is one statement, or two whose snapshots may differ harmlessly.
+    async def _aexecute(self, op: ops.Op) -> Any:
+        pool = await self._apool()
+        for attempt in (1, 2):
+            state = _Attempt()
+            try:
+                async with pool.connection() as conn:
+                    state.conn = conn
+                    return await self._arun(conn, op, state)
+            except psycopg.OperationalError:
+                if attempt == 2 or not state.dead():
+                    raise
+                await pool.check()
+                if state.committing and await asyncio.to_thread(self._applied, op):
+                    return None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _applied(self, op: ops.Op) -> bool:
+        """After a COMMIT lost with its connection: whether it was applied (only a commit's can be told)."""
+        if not isinstance(op, ops.Insert):
+            raise CheckpointError(f"PostgresCheckpointer: the connection died while {ops.describe(op)} committed.")
+        query = self._q("SELECT 1 FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = %s")
         with self._pool.connection() as conn:
-            yield conn
+            return conn.execute(query, (op.row.thread_id, op.row.checkpoint_id)).fetchone() is not None
+
+    def _run(self, conn: psycopg.Connection[Any], op: ops.Op, state: _Attempt) -> Any:
+        script = self._scripts[type(op)](op)
+        write = isinstance(op, ops.WRITES)
+        if write:
+            conn.execute("BEGIN")
+        result: Any = None
+        try:
+            while True:
+                try:
+                    stmt = script.send(result)
+                except StopIteration as stop:
+                    value = stop.value
+                    break
+                cursor = conn.execute(stmt.query, stmt.params)
+                if stmt.fetch == ONE:
+                    result = cursor.fetchone()
+                elif stmt.fetch == ALL:
+                    result = cursor.fetchall()
+                else:
+                    result = cursor.rowcount if stmt.fetch == COUNT else None
+        except BaseException:
+            if write and not state.dead():
+                conn.execute("ROLLBACK")
+            raise
+        if write:
+            state.committing = True
+            conn.execute("COMMIT")
+        return value
+
+    async def _arun(self, conn: psycopg.AsyncConnection[Any], op: ops.Op, state: _Attempt) -> Any:
+        script = self._scripts[type(op)](op)
+        write = isinstance(op, ops.WRITES)
+        if write:
+            await conn.execute("BEGIN")
+        result: Any = None
+        try:
+            while True:
+                try:
+                    stmt = script.send(result)
+                except StopIteration as stop:
+                    value = stop.value
+                    break
+                cursor = await conn.execute(stmt.query, stmt.params)
+                if stmt.fetch == ONE:
+                    result = await cursor.fetchone()
+                elif stmt.fetch == ALL:
+                    result = await cursor.fetchall()
+                else:
+                    result = cursor.rowcount if stmt.fetch == COUNT else None
+        except BaseException:
+            if write and not state.dead():
+                await conn.execute("ROLLBACK")
+            raise
+        if write:
+            state.committing = True
+            await conn.execute("COMMIT")
+        return value
+
+    async def _apool(self) -> AsyncConnectionPool[Any]:
+        loop = asyncio.get_running_loop()
+        pool = self._apools.get(loop)
+        if pool is None:
+            pool = AsyncConnectionPool(
+                self._dsn, min_size=1, max_size=self._max_connections, open=False, kwargs={"autocommit": True}
+            )
+            await pool.open()
+            self._apools[loop] = pool
+            keeper = self._keep(loop, pool)
+            await keeper.__anext__()
+            self._keepers[id(loop)] = keeper
+        return pool
+
+    async def _keep(
+        self, loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool[Any]
+    ) -> AsyncGenerator[None, None]:
+        """Holds an event loop's pool; the loop closes it when it shuts down (``shutdown_asyncgens``)."""
+        try:
+            yield
+        finally:
+            self._apools.pop(loop, None)
+            self._keepers.pop(id(loop), None)
+            await pool.close()
+
+    async def _aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        keeper = self._keepers.get(id(loop))
+        if keeper is not None:
+            await keeper.aclose()
 
     def _close(self) -> None:
         if self._owns_pool:
@@ -151,7 +356,7 @@ class PostgresCheckpointer(Checkpointer):
                     conn.execute(self._q(statement))
                 conn.execute(self._q("INSERT INTO {migrations} VALUES (%s, now())"), (version,))
 
-    # --- storage primitives -------------------------------------------------------------------------------------
+    # --- settings -----------------------------------------------------------------------------------------------
 
     def init_parameters(self) -> dict[str, Any]:
         """
@@ -175,7 +380,7 @@ class PostgresCheckpointer(Checkpointer):
                     "it as Secret.from_env_var('PG_DSN') instead."
                 )
             params["conninfo"] = self._conninfo
-        return params
+        return {**params, **self._common_parameters()}
 
     @classmethod
     def from_init_parameters(cls, params: dict[str, Any]) -> PostgresCheckpointer:
@@ -190,123 +395,232 @@ class PostgresCheckpointer(Checkpointer):
             params["conninfo"] = Secret.from_dict(params["conninfo"])
         return cls(**params)
 
-    def _insert(self, row: StoredCheckpoint, expected_head: str | None) -> None:
-        with self._transaction() as conn:
-            found = conn.execute(
-                self._q("SELECT head_id, last_seq FROM {threads} WHERE thread_id = %s FOR UPDATE"), (row.thread_id,)
-            ).fetchone()
-            head, last_seq = (found[0], int(found[1])) if found is not None else (None, 0)
+    # --- scripts ------------------------------------------------------------------------------------------------
 
-            def parent_exists() -> bool:
-                query = self._q("SELECT 1 FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = %s")
-                return conn.execute(query, (row.thread_id, row.parent_id)).fetchone() is not None
-
-            check_commit(row, expected_head, head, parent_exists)
-            if found is None:
-                # A new thread: the primary key decides between concurrent creators (the loser inserts nothing).
-                created = conn.execute(
-                    self._q(
-                        "INSERT INTO {threads} (thread_id, head_id, last_seq, created_at, updated_at) "
-                        "VALUES (%s, %s, 1, %s, %s) ON CONFLICT (thread_id) DO NOTHING"
-                    ),
-                    (row.thread_id, row.checkpoint_id, row.created_at, row.created_at),
-                )
-                if created.rowcount != 1:
-                    raise conflict_error(row.thread_id, expected_head, self._read_head_in(conn, row.thread_id))
-            else:
-                conn.execute(
-                    self._q("UPDATE {threads} SET head_id = %s, last_seq = %s, updated_at = %s WHERE thread_id = %s"),
-                    (row.checkpoint_id, last_seq + 1, row.created_at, row.thread_id),
-                )
-            conn.execute(
+    def _insert(self, op: ops.Insert) -> Script:
+        row, expected_head, now = op.row, op.expected_head, _epoch(op.now)
+        if op.lease_owner is not None:
+            query = self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s")
+            holder = yield Stmt(query, (row.thread_id,), ONE)
+            if holder is not None and holder[0] != op.lease_owner and holder[1] > now:
+                raise busy_error(row.thread_id, holder[0], _from_epoch(holder[1]))
+        query = self._q("SELECT head_id, last_seq, expires_at FROM {threads} WHERE thread_id = %s FOR UPDATE")
+        found = yield Stmt(query, (row.thread_id,), ONE)
+        expired = found is not None and found[2] is not None and found[2] <= now
+        if expired and expected_head is None:  # invisible already: the new thread replaces it
+            yield Stmt(self._q("DELETE FROM {checkpoints} WHERE thread_id = %s"), (row.thread_id,))
+            yield Stmt(self._q("DELETE FROM {threads} WHERE thread_id = %s"), (row.thread_id,))
+            found = None
+        head, last_seq = (found[0], int(found[1])) if found is not None and not expired else (None, 0)
+        parent_exists = True
+        if row.parent_id is not None and head is not None and row.parent_id != head:
+            query = self._q("SELECT 1 FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = %s")
+            parent_exists = (yield Stmt(query, (row.thread_id, row.parent_id), ONE)) is not None
+        check_commit(row, expected_head, head, lambda: parent_exists)
+        if found is None:
+            # A new thread: the primary key decides between concurrent creators (the loser inserts nothing).
+            created = yield Stmt(
                 self._q(
-                    "INSERT INTO {checkpoints} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, "
-                    "changed_keys, created_at, metadata, delta) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                    "INSERT INTO {threads} (thread_id, head_id, last_seq, created_at, updated_at, ttl, expires_at) "
+                    "VALUES (%s, %s, 1, %s, %s, %s, %s) ON CONFLICT (thread_id) DO NOTHING"
                 ),
                 (
                     row.thread_id,
                     row.checkpoint_id,
-                    last_seq + 1,
-                    row.parent_id,
-                    row.step,
-                    row.source,
-                    list(row.tool_names),
-                    list(row.changed_keys),
                     row.created_at,
-                    row.metadata,
-                    row.delta,
+                    row.created_at,
+                    op.ttl,
+                    now + op.ttl if op.ttl is not None else None,
                 ),
+                COUNT,
             )
+            if created != 1:
+                actual = yield Stmt(
+                    self._q("SELECT head_id FROM {threads} WHERE thread_id = %s"), (row.thread_id,), ONE
+                )
+                raise conflict_error(row.thread_id, expected_head, actual[0] if actual is not None else None)
+        else:
+            yield Stmt(
+                self._q(
+                    "UPDATE {threads} SET head_id = %s, last_seq = %s, updated_at = %s, "
+                    "expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE %s + ttl END WHERE thread_id = %s"
+                ),
+                (row.checkpoint_id, last_seq + 1, row.created_at, now, row.thread_id),
+            )
+        yield Stmt(
+            self._q(
+                "INSERT INTO {checkpoints} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, "
+                "changed_keys, created_at, metadata, delta, snapshot, chain_bytes, base_bytes) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            ),
+            (
+                row.thread_id,
+                row.checkpoint_id,
+                last_seq + 1,
+                row.parent_id,
+                row.step,
+                row.source,
+                string_list_json(row.tool_names),
+                string_list_json(row.changed_keys),
+                row.created_at,
+                row.metadata,
+                row.delta,
+                row.snapshot,
+                row.chain_bytes,
+                row.base_bytes,
+            ),
+        )
 
-    def _read_head_in(self, conn: psycopg.Connection[Any], thread_id: str) -> str | None:
-        found = conn.execute(self._q("SELECT head_id FROM {threads} WHERE thread_id = %s"), (thread_id,)).fetchone()
+    def _visible_head(self, thread_id: str, now: dt.datetime) -> Script:
+        query = self._q(f"SELECT head_id FROM {{threads}} WHERE thread_id = %(thread)s AND {_VISIBLE}")
+        found = yield Stmt(query, {"thread": thread_id, "now": _epoch(now)}, ONE)
         return str(found[0]) if found is not None else None
 
-    def _read_head(self, thread_id: str) -> str | None:
-        with self._connection() as conn:
-            return self._read_head_in(conn, thread_id)
+    def _read_head(self, op: ops.ReadHead) -> Script:
+        return (yield from self._visible_head(op.thread_id, op.now))
 
-    def _read_meta(self, thread_id: str, checkpoint_id: str | None) -> StoredCheckpoint:
-        with self._connection() as conn:
-            head = self._read_head_in(conn, thread_id)
-            if head is None:
-                raise ThreadNotFoundError(thread_id)
-            target = head if checkpoint_id is None else checkpoint_id
-            found = conn.execute(
-                self._q(f"SELECT {_META} FROM {{checkpoints}} WHERE thread_id = %s AND checkpoint_id = %s"),
-                (thread_id, target),
-            ).fetchone()
+    def _read_meta(self, op: ops.ReadMeta) -> Script:
+        head = yield from self._visible_head(op.thread_id, op.now)
+        if head is None:
+            raise ThreadNotFoundError(op.thread_id)
+        target = head if op.checkpoint_id is None else op.checkpoint_id
+        query = self._q(
+            f"SELECT {_META}, '', NULL, chain_bytes, base_bytes FROM {{checkpoints}} "
+            "WHERE thread_id = %s AND checkpoint_id = %s"
+        )
+        found = yield Stmt(query, (op.thread_id, target), ONE)
         if found is None:
-            raise CheckpointNotFoundError(thread_id, target)
+            raise CheckpointNotFoundError(op.thread_id, target)
         return _row(found)
 
-    def _read_chain(self, thread_id: str, checkpoint_id: str, stop_at: str | None) -> list[ChainLink]:
+    def _read_chain(self, op: ops.ReadChain) -> Script:
         # Each step of the walk is one primary-key lookup (LATERAL ... LIMIT 1 keeps the planner from hash-joining
-        # the whole thread at every step); the depth bound stops a walk through corrupt, cyclic parent links. Only
-        # what materializing needs is selected.
+        # the whole thread at every step); it stops at a snapshot, at ``stop`` or at the root. PostgreSQL evaluates
+        # only the rows the outer LIMIT takes, so a corrupt, cyclic chain stops after as many rows as the thread has.
         query = self._q(
             "WITH RECURSIVE chain AS ("
-            " SELECT checkpoint_id, parent_id, delta, 1 AS depth FROM {checkpoints}"
+            " SELECT checkpoint_id, parent_id, delta, snapshot FROM {checkpoints}"
             " WHERE thread_id = %(thread)s AND checkpoint_id = %(checkpoint)s"
             " UNION ALL"
-            " SELECT p.*, chain.depth + 1 FROM chain CROSS JOIN LATERAL ("
-            " SELECT checkpoint_id, parent_id, delta FROM {checkpoints} AS c"
+            " SELECT p.* FROM chain CROSS JOIN LATERAL ("
+            " SELECT checkpoint_id, parent_id, delta, snapshot FROM {checkpoints} AS c"
             " WHERE c.thread_id = %(thread)s AND c.checkpoint_id = chain.parent_id LIMIT 1) AS p"
-            " WHERE chain.parent_id IS DISTINCT FROM %(stop)s::text"
-            " AND chain.depth <= (SELECT last_seq FROM {threads} WHERE thread_id = %(thread)s)"
-            ") SELECT checkpoint_id, parent_id, delta FROM chain ORDER BY depth DESC"
+            " WHERE chain.parent_id IS DISTINCT FROM %(stop)s::text AND chain.snapshot IS NULL"
+            ") SELECT checkpoint_id, parent_id, delta, snapshot FROM chain"
+            " LIMIT (SELECT count(*) + 1 FROM {checkpoints} WHERE thread_id = %(thread)s)"
         )
-        with self._connection() as conn:
-            rows = conn.execute(query, {"thread": thread_id, "checkpoint": checkpoint_id, "stop": stop_at}).fetchall()
-        return [ChainLink(found[0], found[1], found[2]) for found in rows]
+        rows = yield Stmt(query, {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "stop": op.stop_at}, ALL)
+        return [ChainLink(found[0], found[1], found[2], found[3]) for found in reversed(rows)]
 
-    def _read_history(self, thread_id: str) -> list[StoredCheckpoint]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                self._q(f"SELECT {_META} FROM {{checkpoints}} WHERE thread_id = %s ORDER BY seq DESC"), (thread_id,)
-            ).fetchall()
+    def _read_history(self, op: ops.ReadHistory) -> Script:
+        if (yield from self._visible_head(op.thread_id, op.now)) is None:
+            raise ThreadNotFoundError(op.thread_id)
+        where, params = "thread_id = %s", [op.thread_id]
+        if op.before is not None:
+            query = self._q("SELECT seq FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = %s")
+            found = yield Stmt(query, (op.thread_id, op.before), ONE)
+            if found is None:
+                raise CheckpointNotFoundError(op.thread_id, op.before)
+            where += " AND seq < %s"
+            params.append(found[0])
+        limit = f" LIMIT {int(op.limit)}" if op.limit is not None else ""
+        query = self._q(
+            f"SELECT {_META}, '', CASE WHEN snapshot IS NULL THEN NULL ELSE '' END, chain_bytes, base_bytes "
+            f"FROM {{checkpoints}} WHERE {where} ORDER BY seq DESC{limit}"
+        )
+        rows = yield Stmt(query, params, ALL)
         return [_row(found) for found in rows]
 
-    def _read_threads(self) -> list[ThreadInfo]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                self._q(
-                    "SELECT thread_id, head_id, last_seq, created_at, updated_at FROM {threads} "
-                    "ORDER BY updated_at DESC, thread_id"
-                )
-            ).fetchall()
+    def _read_threads(self, op: ops.ReadThreads) -> Script:
+        query = self._q(
+            "SELECT t.thread_id, t.head_id, (SELECT count(*) FROM {checkpoints} AS c WHERE c.thread_id = t.thread_id), "
+            f"t.created_at, t.updated_at FROM {{threads}} AS t WHERE {_VISIBLE} ORDER BY t.updated_at DESC, t.thread_id"
+        )
+        rows = yield Stmt(query, {"now": _epoch(op.now)}, ALL)
         return [ThreadInfo(r[0], r[1], int(r[2]), _utc(r[3]), _utc(r[4])) for r in rows]
 
-    def _delete(self, thread_id: str) -> bool:
-        with self._transaction() as conn:
-            deleted = conn.execute(self._q("DELETE FROM {threads} WHERE thread_id = %s"), (thread_id,)).rowcount
-            conn.execute(self._q("DELETE FROM {checkpoints} WHERE thread_id = %s"), (thread_id,))
-        return deleted > 0
+    def _delete(self, op: ops.DeleteThread) -> Script:
+        params = {"thread": op.thread_id, "now": _epoch(op.now)}
+        if op.only_expired:
+            condition = (
+                "expires_at IS NOT NULL AND expires_at <= %(now)s AND NOT EXISTS (SELECT 1 FROM {leases} AS l "
+                "WHERE l.thread_id = %(thread)s AND l.expires_at > %(now)s)"
+            )
+        else:
+            condition = _VISIBLE
+        query = self._q(f"SELECT {condition} FROM {{threads}} WHERE thread_id = %(thread)s FOR UPDATE")
+        found = yield Stmt(query, params, ONE)
+        if found is None or (op.only_expired and not found[0]):
+            return False
+        yield Stmt(self._q("DELETE FROM {checkpoints} WHERE thread_id = %s"), (op.thread_id,))
+        yield Stmt(self._q("DELETE FROM {threads} WHERE thread_id = %s"), (op.thread_id,))
+        yield Stmt(self._q("DELETE FROM {leases} WHERE thread_id = %s"), (op.thread_id,))
+        return bool(found[0])
+
+    def _prune_candidates(self, op: ops.ReadPruneCandidates) -> Script:
+        where = "WHERE thread_id = %(thread)s" if op.thread_id is not None else ""
+        query = self._q(
+            f"SELECT thread_id, expires_at IS NOT NULL AND expires_at <= %(now)s FROM {{threads}} {where} "
+            "ORDER BY thread_id"
+        )
+        rows = yield Stmt(query, {"thread": op.thread_id, "now": _epoch(op.now)}, ALL)
+        return [r[0] for r in rows if not r[1]], [r[0] for r in rows if r[1]]
+
+    def _set_snapshot(self, op: ops.SetSnapshot) -> Script:
+        query = self._q(
+            "UPDATE {checkpoints} SET snapshot = %s, chain_bytes = 0, base_bytes = %s "
+            "WHERE thread_id = %s AND checkpoint_id = %s"
+        )
+        yield Stmt(query, (op.snapshot, len(op.snapshot), op.thread_id, op.checkpoint_id))
+
+    def _delete_checkpoints(self, op: ops.DeleteCheckpoints) -> Script:
+        query = self._q(
+            "DELETE FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = ANY(%s) AND checkpoint_id NOT IN "
+            "(SELECT head_id FROM {threads} WHERE thread_id = %s)"
+        )
+        return (yield Stmt(query, (op.thread_id, list(op.checkpoint_ids), op.thread_id), COUNT))
+
+    def _set_ttl(self, op: ops.SetTTL) -> Script:
+        query = self._q(
+            "UPDATE {threads} SET ttl = %(ttl)s, expires_at = CASE WHEN %(ttl)s::double precision IS NULL THEN NULL "
+            f"ELSE extract(epoch FROM updated_at) + %(ttl)s END WHERE thread_id = %(thread)s AND {_VISIBLE}"
+        )
+        return (yield Stmt(query, {"ttl": op.ttl, "thread": op.thread_id, "now": _epoch(op.now)}, COUNT)) == 1
+
+    def _acquire(self, op: ops.AcquireLease) -> Script:
+        # Insert, or take over an expired lease or one's own, in one statement; otherwise the holder comes back.
+        query = self._q(
+            "INSERT INTO {leases} AS l (thread_id, owner, expires_at) VALUES (%(thread)s, %(owner)s, %(expires)s) "
+            "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
+            "WHERE l.owner = excluded.owner OR l.expires_at <= %(now)s RETURNING 1"
+        )
+        params = {"thread": op.thread_id, "owner": op.owner, "expires": _epoch(op.expires_at), "now": _epoch(op.now)}
+        for _ in range(3):  # a holder that releases between the two statements: try again
+            if (yield Stmt(query, params, ONE)) is not None:
+                return None
+            holder = yield Stmt(
+                self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s"), (op.thread_id,), ONE
+            )
+            if holder is not None:
+                return (holder[0], _from_epoch(holder[1]))
+        raise CheckpointError(f"Thread '{op.thread_id}': the lease could not be acquired (it kept changing hands).")
+
+    def _renew(self, op: ops.RenewLease) -> Script:
+        query = self._q("UPDATE {leases} SET expires_at = %s WHERE thread_id = %s AND owner = %s")
+        return (yield Stmt(query, (_epoch(op.expires_at), op.thread_id, op.owner), COUNT)) == 1
+
+    def _release(self, op: ops.ReleaseLease) -> Script:
+        query = self._q("DELETE FROM {leases} WHERE thread_id = %s AND owner = %s")
+        return (yield Stmt(query, (op.thread_id, op.owner), COUNT)) == 1
+
+    def _read_lease(self, op: ops.ReadLease) -> Script:
+        found = yield Stmt(self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s"), (op.thread_id,), ONE)
+        return (found[0], _from_epoch(found[1])) if found is not None else None
 
     @contextmanager
     def _raw_connection(self) -> Iterator[psycopg.Connection[Any]]:
         """Borrow a connection of the pool inside a transaction (for maintenance and tests); do not keep it."""
-        with self._transaction() as conn:
+        with self._pool.connection() as conn, conn.transaction():
             yield conn
 
 
@@ -315,16 +629,6 @@ def _utc(value: dt.datetime) -> dt.datetime:
 
 
 def _row(found: Any) -> StoredCheckpoint:
-    thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata = found[:9]
-    return StoredCheckpoint(
-        thread_id=thread_id,
-        checkpoint_id=checkpoint_id,
-        parent_id=parent_id,
-        step=int(step),
-        source=source,
-        tool_names=tuple(tool_names),
-        created_at=_utc(created_at),
-        changed_keys=tuple(changed_keys),
-        metadata=metadata,
-        delta=found[9] if len(found) > 9 else "",
+    return parse_row(
+        found[0], found[1], found[2], found[3], found[4], found[5], found[6], found[7], found[8], tuple(found[9:])
     )

@@ -113,18 +113,22 @@ def build_agent(checkpointer: Checkpointer | None, **kwargs: Any) -> Agent:
     )
 
 
+#: Workers hold short leases, so the tests that kill them wait little for a takeover.
+WORKER_LEASE_TTL = 1.5
+
+
 def open_store(spec: str) -> Checkpointer:
-    """Open ``sqlite:<path>`` or ``postgres:<dsn>#<schema>``."""
+    """Open ``sqlite:<path>`` or ``postgres:<dsn>#<schema>``, with leases of :data:`WORKER_LEASE_TTL` seconds."""
     kind, _, target = spec.partition(":")
     if kind == "sqlite":
         from haystack_state.persistence import SQLiteCheckpointer
 
-        return SQLiteCheckpointer(target)
+        return SQLiteCheckpointer(target, lease_ttl=WORKER_LEASE_TTL)
     if kind == "postgres":
         from haystack_state.persistence.postgres import PostgresCheckpointer
 
         dsn, _, schema = target.rpartition("#")
-        return PostgresCheckpointer(dsn, schema=schema, max_connections=2)
+        return PostgresCheckpointer(dsn, schema=schema, max_connections=2, lease_ttl=WORKER_LEASE_TTL)
     raise SystemExit(f"unknown store {spec!r}")
 
 
