@@ -8,10 +8,11 @@ writers of the same thread are serialized and the second sees the first's head (
 table instead.
 
 Each operation is written once, as a *script*: a generator that yields SQL statements and receives their results.
-The sync methods run scripts on a ``ConnectionPool``, the async ones on an ``AsyncConnectionPool`` (one per event
-loop, closed when the loop shuts down or by ``aclose``). A statement that fails because the pooled connection died
-is retried once on a fresh connection if the transaction is known not to have been applied: it failed before its
-``COMMIT`` was sent, or (for a commit) the checkpoint is not there when looked up again.
+The sync methods run scripts on a ``ConnectionPool``, the async ones on an ``AsyncConnectionPool`` that lives on the
+checkpointer's own event loop, in a thread of its own (so it outlives the callers' loops, and is closed by
+``close``); the caller's loop awaits the result and is never blocked. A statement that fails because the pooled
+connection died is retried once on a fresh connection if the transaction is known not to have been applied: it failed
+before its ``COMMIT`` was sent, or (for a commit) the checkpoint is not there when looked up again.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import weakref
-from collections.abc import AsyncGenerator, Callable, Generator, Iterator
+import threading
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -161,10 +162,10 @@ class PostgresCheckpointer(Checkpointer):
         self._owns_pool = pool is None
         self._conninfo = conninfo
         self._max_connections = max_connections
-        self._apools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._keepers: dict[int, AsyncGenerator[None, None]] = {}
+        self._io_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._async_pool: AsyncConnectionPool[Any] | None = None
         self._scripts: dict[type, Callable[[Any], Script]] = {
             ops.Insert: self._insert,
             ops.ReadHead: self._read_head,
@@ -220,6 +221,12 @@ class PostgresCheckpointer(Checkpointer):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _aexecute(self, op: ops.Op) -> Any:
+        # The async pool lives on the checkpointer's own event loop, in a thread of its own: it outlives the caller's
+        # loops (each asyncio.run makes a new one) and never blocks them.
+        future = asyncio.run_coroutine_threadsafe(self._aexecute_here(op), self._io_loop())
+        return await asyncio.wrap_future(future)
+
+    async def _aexecute_here(self, op: ops.Op) -> Any:
         pool = await self._apool()
         for attempt in (1, 2):
             state = _Attempt()
@@ -301,38 +308,38 @@ class PostgresCheckpointer(Checkpointer):
             await conn.execute("COMMIT")
         return value
 
+    def _io_loop(self) -> asyncio.AbstractEventLoop:
+        with self._io_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="haystack-state-postgres-io", daemon=True)
+                thread.start()
+                self._loop, self._loop_thread = loop, thread
+            return self._loop
+
     async def _apool(self) -> AsyncConnectionPool[Any]:
-        loop = asyncio.get_running_loop()
-        pool = self._apools.get(loop)
-        if pool is None:
+        if self._async_pool is None:
             pool = AsyncConnectionPool(
                 self._dsn, min_size=1, max_size=self._max_connections, open=False, kwargs={"autocommit": True}
             )
             await pool.open()
-            self._apools[loop] = pool
-            keeper = self._keep(loop, pool)
-            await keeper.__anext__()
-            self._keepers[id(loop)] = keeper
-        return pool
+            self._async_pool = pool
+        return self._async_pool
 
-    async def _keep(
-        self, loop: asyncio.AbstractEventLoop, pool: AsyncConnectionPool[Any]
-    ) -> AsyncGenerator[None, None]:
-        """Holds an event loop's pool; the loop closes it when it shuts down (``shutdown_asyncgens``)."""
-        try:
-            yield
-        finally:
-            self._apools.pop(loop, None)
-            self._keepers.pop(id(loop), None)
-            await pool.close()
-
-    async def _aclose(self) -> None:
-        loop = asyncio.get_running_loop()
-        keeper = self._keepers.get(id(loop))
-        if keeper is not None:
-            await keeper.aclose()
+    def _close_io_loop(self) -> None:
+        with self._io_lock:
+            loop, thread, self._loop, self._loop_thread = self._loop, self._loop_thread, None, None
+        if loop is None or thread is None:
+            return
+        if self._async_pool is not None:
+            asyncio.run_coroutine_threadsafe(self._async_pool.close(), loop).result(timeout=30)
+            self._async_pool = None
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
 
     def _close(self) -> None:
+        self._close_io_loop()
         if self._owns_pool:
             self._pool.close()
 
