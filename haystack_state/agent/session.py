@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from haystack import logging
 from haystack.dataclasses import ChatMessage, ToolCall
 
-from haystack_state.errors import CheckpointError, ThreadBusyError
+from haystack_state.errors import CheckpointError, ThreadBusyError, ThreadNotFoundError
 from haystack_state.persistence.base import Checkpointer, conflict_error
 from haystack_state.persistence.delta import Source, utc_now
 from haystack_state.persistence.leases import LeaseKeeper, busy_error, new_owner
@@ -287,11 +287,17 @@ class ThreadSession:
         # The first commit expects the head this session saw: the checkpoint it loaded (read as one, even if another
         # writer moves the head meanwhile), or for a fork the head read before the fork point. A commit in between
         # makes that commit fail with ThreadConflictError; nothing of it is silently dropped.
-        self.head_id = yield ("head", (self.thread_id,), {})
-        if checkpoint_id is not None or self.head_id is not None:
+        checkpoint = None
+        if checkpoint_id is not None:
+            self.head_id = yield ("head", (self.thread_id,), {})
+        try:
             # Read-only: the values are shared with the checkpointer's cache; a State copies what it keeps, and a
             # snapshot hands them out read-only.
             checkpoint = yield ("get", (self.thread_id, checkpoint_id), {"read_only": True})
+        except ThreadNotFoundError:
+            if checkpoint_id is not None:
+                raise
+        if checkpoint is not None:
             if checkpoint_id is None:
                 self.head_id = checkpoint.checkpoint_id
             self.loaded = checkpoint.meta

@@ -8,19 +8,24 @@ writers of the same thread are serialized and the second sees the first's head (
 table instead.
 
 Each operation is written once, as a *script*: a generator that yields SQL statements and receives their results.
-The sync methods run scripts on a ``ConnectionPool``, the async ones on an ``AsyncConnectionPool`` that lives on the
-checkpointer's own event loop, in a thread of its own (so it outlives the callers' loops, and is closed by
-``close``); the caller's loop awaits the result and is never blocked. A statement that fails because the pooled
-connection died is retried once on a fresh connection if the transaction is known not to have been applied: it failed
-before its ``COMMIT`` was sent, or (for a commit) the checkpoint is not there when looked up again.
+The sync methods run scripts on a ``ConnectionPool``, the async ones on ``AsyncConnection``s of the caller's event
+loop (a few per loop, reused, with no background task: psycopg's ``AsyncConnectionPool`` keeps tasks that make
+``asyncio.run`` hang at exit unless the pool is closed first, which a library cannot ask of every caller). Connections
+of a loop that has closed are closed on the next use or by ``close``; ``aclose`` closes the current loop's.
+
+A statement that fails because the pooled connection died is retried once on a fresh connection if the transaction is
+known not to have been applied: it failed before its ``COMMIT`` was sent, or (for a commit) the checkpoint is not there
+when looked up again; lease, TTL and snapshot writes are idempotent and simply run again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import datetime as dt
 import threading
+import weakref
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,7 +33,7 @@ from typing import Any
 try:
     import psycopg
     from psycopg import sql
-    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+    from psycopg_pool import ConnectionPool
 except ImportError as _error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         'PostgresCheckpointer needs the postgres extra: pip install "haystack-state[postgres]"'
@@ -88,17 +93,35 @@ MIGRATIONS: list[tuple[str, ...]] = [
 ]
 
 _META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
+_APPEND = """
+    WITH moved AS (
+        UPDATE {threads} SET head_id = %(id)s, last_seq = last_seq + 1, updated_at = %(created)s,
+            expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE %(now)s + ttl END
+        WHERE thread_id = %(thread)s AND head_id = %(expected)s AND (expires_at IS NULL OR expires_at > %(now)s)
+        AND (%(owner)s::text IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {leases} WHERE thread_id = %(thread)s AND owner <> %(owner)s AND expires_at > %(now)s))
+        RETURNING last_seq
+    )
+    INSERT INTO {checkpoints} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, changed_keys,
+        created_at, metadata, delta, snapshot, chain_bytes, base_bytes)
+    SELECT %(thread)s, %(id)s, last_seq, %(parent)s, %(step)s, %(source)s, %(tools)s, %(keys)s, %(created)s,
+        %(metadata)s, %(delta)s, %(snapshot)s, %(chain)s, %(base)s FROM moved
+"""
 _VISIBLE = "(expires_at IS NULL OR expires_at > %(now)s)"
 ONE, ALL, COUNT, NONE = "one", "all", "count", "none"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Stmt:
-    """One SQL statement of a script, and what its result is: ``one`` row, ``all`` rows, a row ``count``, nothing."""
+    """
+    One SQL statement of a script, and what its result is: ``one`` row, ``all`` rows, a row ``count``, nothing.
+    ``alone``: the statement may run as a transaction of its own (one round trip) when it is the first of its script.
+    """
 
     query: sql.Composed
     params: Any
     fetch: str = NONE
+    alone: bool = False
 
 
 Script = Generator[Stmt, Any, Any]
@@ -113,6 +136,82 @@ class _Attempt:
 
     def dead(self) -> bool:
         return self.conn is not None and bool(self.conn.closed or getattr(self.conn, "broken", False))
+
+
+class _LoopConnections:
+    """
+    The async connections of one event loop: at most ``size``, reused, waited for when all are busy.
+
+    :param dsn: Where to connect.
+    :param size: How many connections at most.
+    :param loop: The loop they belong to.
+    """
+
+    def __init__(self, dsn: str, size: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.dsn = dsn
+        self.size = size
+        self.loop = weakref.ref(loop)
+        self.idle: list[psycopg.AsyncConnection[Any]] = []
+        self.open: list[psycopg.AsyncConnection[Any]] = []
+        self.connecting = 0
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def loop_gone(self) -> bool:
+        loop = self.loop()
+        return loop is None or loop.is_closed()
+
+    async def get(self) -> psycopg.AsyncConnection[Any]:
+        while True:
+            while self.idle:
+                conn = self.idle.pop()
+                if not conn.closed:
+                    return conn
+                self.open.remove(conn)
+            if len(self.open) + self.connecting < self.size:
+                self.connecting += 1
+                try:
+                    conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                finally:
+                    self.connecting -= 1
+                self.open.append(conn)
+                return conn
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            await waiter
+
+    def put(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if conn.closed or getattr(conn, "broken", False):
+            if conn in self.open:
+                self.open.remove(conn)
+            if not conn.closed:
+                conn.pgconn.finish()
+        else:
+            self.idle.append(conn)
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
+    def discard_idle(self) -> None:
+        for conn in self.idle:
+            self.open.remove(conn)
+            conn.pgconn.finish()
+        self.idle.clear()
+
+    def finish(self) -> None:
+        """Close every connection at once, without their loop (libpq's ``PQfinish``)."""
+        for conn in self.open:
+            if not conn.closed:
+                conn.pgconn.finish()
+        self.open.clear()
+        self.idle.clear()
+
+    async def aclose(self) -> None:
+        for conn in self.open:
+            await conn.close()
+        self.open.clear()
+        self.idle.clear()
 
 
 def _epoch(moment: dt.datetime) -> float:
@@ -163,9 +262,7 @@ class PostgresCheckpointer(Checkpointer):
         self._conninfo = conninfo
         self._max_connections = max_connections
         self._io_lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
-        self._async_pool: AsyncConnectionPool[Any] | None = None
+        self._aconns: dict[int, _LoopConnections] = {}
         self._scripts: dict[type, Callable[[Any], Script]] = {
             ops.Insert: self._insert,
             ops.ReadHead: self._read_head,
@@ -221,31 +318,42 @@ class PostgresCheckpointer(Checkpointer):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _aexecute(self, op: ops.Op) -> Any:
-        # The async pool lives on the checkpointer's own event loop, in a thread of its own: it outlives the caller's
-        # loops (each asyncio.run makes a new one) and never blocks them.
-        future = asyncio.run_coroutine_threadsafe(self._aexecute_here(op), self._io_loop())
-        return await asyncio.wrap_future(future)
-
-    async def _aexecute_here(self, op: ops.Op) -> Any:
-        pool = await self._apool()
+        connections = self._async_connections()
         for attempt in (1, 2):
             state = _Attempt()
+            conn = await connections.get()
             try:
-                async with pool.connection() as conn:
-                    state.conn = conn
-                    return await self._arun(conn, op, state)
+                state.conn = conn
+                return await self._arun(conn, op, state)
             except psycopg.OperationalError:
                 if attempt == 2 or not state.dead():
                     raise
-                await pool.check()
+                connections.discard_idle()  # its siblings died with it, most likely: connect afresh
                 if state.committing and await asyncio.to_thread(self._applied, op):
                     return None
+            finally:
+                connections.put(conn)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _async_connections(self) -> _LoopConnections:
+        loop = asyncio.get_running_loop()
+        with self._io_lock:
+            for key, connections in list(self._aconns.items()):
+                if key != id(loop) and connections.loop_gone():
+                    del self._aconns[key]
+                    connections.finish()
+            found = self._aconns.get(id(loop))
+            if found is None or found.loop_gone():
+                found = self._aconns[id(loop)] = _LoopConnections(self._dsn, self._max_connections, loop)
+            return found
+
     def _applied(self, op: ops.Op) -> bool:
-        """After a COMMIT lost with its connection: whether it was applied (only a commit's can be told)."""
+        """
+        After a transaction lost with its connection while it committed: whether it was applied. A commit is looked
+        up by its checkpoint id; the other writes (leases, TTLs, snapshots) are idempotent, so they are run again.
+        """
         if not isinstance(op, ops.Insert):
-            raise CheckpointError(f"PostgresCheckpointer: the connection died while {ops.describe(op)} committed.")
+            return False
         query = self._q("SELECT 1 FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = %s")
         with self._pool.connection() as conn:
             return conn.execute(query, (op.row.thread_id, op.row.checkpoint_id)).fetchone() is not None
@@ -253,8 +361,7 @@ class PostgresCheckpointer(Checkpointer):
     def _run(self, conn: psycopg.Connection[Any], op: ops.Op, state: _Attempt) -> Any:
         script = self._scripts[type(op)](op)
         write = isinstance(op, ops.WRITES)
-        if write:
-            conn.execute("BEGIN")
+        opened = False  # whether BEGIN was sent: a write's first statement may run alone (autocommit)
         result: Any = None
         try:
             while True:
@@ -263,7 +370,14 @@ class PostgresCheckpointer(Checkpointer):
                 except StopIteration as stop:
                     value = stop.value
                     break
+                if write and not opened:
+                    if stmt.alone:
+                        state.committing = True  # applied as soon as it runs: its outcome is unknown if the link dies
+                    else:
+                        conn.execute("BEGIN")
+                        opened, state.committing = True, False
                 cursor = conn.execute(stmt.query, stmt.params)
+                state.committing = False
                 if stmt.fetch == ONE:
                     result = cursor.fetchone()
                 elif stmt.fetch == ALL:
@@ -271,10 +385,10 @@ class PostgresCheckpointer(Checkpointer):
                 else:
                     result = cursor.rowcount if stmt.fetch == COUNT else None
         except BaseException:
-            if write and not state.dead():
+            if opened and not state.dead():
                 conn.execute("ROLLBACK")
             raise
-        if write:
+        if opened:
             state.committing = True
             conn.execute("COMMIT")
         return value
@@ -282,8 +396,7 @@ class PostgresCheckpointer(Checkpointer):
     async def _arun(self, conn: psycopg.AsyncConnection[Any], op: ops.Op, state: _Attempt) -> Any:
         script = self._scripts[type(op)](op)
         write = isinstance(op, ops.WRITES)
-        if write:
-            await conn.execute("BEGIN")
+        opened = False  # whether BEGIN was sent: a write's first statement may run alone (autocommit)
         result: Any = None
         try:
             while True:
@@ -292,7 +405,14 @@ class PostgresCheckpointer(Checkpointer):
                 except StopIteration as stop:
                     value = stop.value
                     break
+                if write and not opened:
+                    if stmt.alone:
+                        state.committing = True  # applied as soon as it runs: its outcome is unknown if the link dies
+                    else:
+                        await conn.execute("BEGIN")
+                        opened, state.committing = True, False
                 cursor = await conn.execute(stmt.query, stmt.params)
+                state.committing = False
                 if stmt.fetch == ONE:
                     result = await cursor.fetchone()
                 elif stmt.fetch == ALL:
@@ -300,46 +420,25 @@ class PostgresCheckpointer(Checkpointer):
                 else:
                     result = cursor.rowcount if stmt.fetch == COUNT else None
         except BaseException:
-            if write and not state.dead():
+            if opened and not state.dead():
                 await conn.execute("ROLLBACK")
             raise
-        if write:
+        if opened:
             state.committing = True
             await conn.execute("COMMIT")
         return value
 
-    def _io_loop(self) -> asyncio.AbstractEventLoop:
+    async def _aclose(self) -> None:
         with self._io_lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="haystack-state-postgres-io", daemon=True)
-                thread.start()
-                self._loop, self._loop_thread = loop, thread
-            return self._loop
-
-    async def _apool(self) -> AsyncConnectionPool[Any]:
-        if self._async_pool is None:
-            pool = AsyncConnectionPool(
-                self._dsn, min_size=1, max_size=self._max_connections, open=False, kwargs={"autocommit": True}
-            )
-            await pool.open()
-            self._async_pool = pool
-        return self._async_pool
-
-    def _close_io_loop(self) -> None:
-        with self._io_lock:
-            loop, thread, self._loop, self._loop_thread = self._loop, self._loop_thread, None, None
-        if loop is None or thread is None:
-            return
-        if self._async_pool is not None:
-            asyncio.run_coroutine_threadsafe(self._async_pool.close(), loop).result(timeout=30)
-            self._async_pool = None
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=30)
-        loop.close()
+            connections = self._aconns.pop(id(asyncio.get_running_loop()), None)
+        if connections is not None:
+            await connections.aclose()
 
     def _close(self) -> None:
-        self._close_io_loop()
+        with self._io_lock:
+            everything, self._aconns = list(self._aconns.values()), {}
+        for connections in everything:
+            connections.finish()
         if self._owns_pool:
             self._pool.close()
 
@@ -411,6 +510,13 @@ class PostgresCheckpointer(Checkpointer):
             holder = yield Stmt(query, (row.thread_id,), ONE)
             if holder is not None and holder[0] != op.lease_owner and holder[1] > now:
                 raise busy_error(row.thread_id, holder[0], _from_epoch(holder[1]))
+        if expected_head is not None and row.parent_id == expected_head:
+            # The common commit, a child of the expected head, in one statement (one round trip): move the head if
+            # it is the expected one and no other owner holds a live lease, and insert the row. If nothing moved,
+            # the full path below finds out why.
+            inserted = yield Stmt(self._q(_APPEND), self._row_params(row, op, expected_head), COUNT, alone=True)
+            if inserted == 1:
+                return None
         query = self._q("SELECT head_id, last_seq, expires_at FROM {threads} WHERE thread_id = %s FOR UPDATE")
         found = yield Stmt(query, (row.thread_id,), ONE)
         expired = found is not None and found[2] is not None and found[2] <= now
@@ -478,6 +584,27 @@ class PostgresCheckpointer(Checkpointer):
             ),
         )
 
+    @staticmethod
+    def _row_params(row: StoredCheckpoint, op: ops.Insert, expected_head: str) -> dict[str, Any]:
+        return {
+            "thread": row.thread_id,
+            "id": row.checkpoint_id,
+            "expected": expected_head,
+            "owner": op.lease_owner,
+            "now": _epoch(op.now),
+            "parent": row.parent_id,
+            "step": row.step,
+            "source": row.source,
+            "tools": string_list_json(row.tool_names),
+            "keys": string_list_json(row.changed_keys),
+            "created": row.created_at,
+            "metadata": row.metadata,
+            "delta": row.delta,
+            "snapshot": row.snapshot,
+            "chain": row.chain_bytes,
+            "base": row.base_bytes,
+        }
+
     def _visible_head(self, thread_id: str, now: dt.datetime) -> Script:
         query = self._q(f"SELECT head_id FROM {{threads}} WHERE thread_id = %(thread)s AND {_VISIBLE}")
         found = yield Stmt(query, {"thread": thread_id, "now": _epoch(now)}, ONE)
@@ -487,18 +614,21 @@ class PostgresCheckpointer(Checkpointer):
         return (yield from self._visible_head(op.thread_id, op.now))
 
     def _read_meta(self, op: ops.ReadMeta) -> Script:
+        # One round trip in the common case: the thread's visible head and the row, joined.
+        query = self._q(
+            f"SELECT {', '.join('c.' + column for column in _META.split(', '))}, '', NULL, c.chain_bytes, "
+            "c.base_bytes FROM {threads} AS t JOIN {checkpoints} AS c ON c.thread_id = t.thread_id "
+            "AND c.checkpoint_id = COALESCE(%(checkpoint)s, t.head_id) WHERE t.thread_id = %(thread)s "
+            "AND (t.expires_at IS NULL OR t.expires_at > %(now)s)"
+        )
+        params = {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "now": _epoch(op.now)}
+        found = yield Stmt(query, params, ONE)
+        if found is not None:
+            return _row(found)
         head = yield from self._visible_head(op.thread_id, op.now)
         if head is None:
             raise ThreadNotFoundError(op.thread_id)
-        target = head if op.checkpoint_id is None else op.checkpoint_id
-        query = self._q(
-            f"SELECT {_META}, '', NULL, chain_bytes, base_bytes FROM {{checkpoints}} "
-            "WHERE thread_id = %s AND checkpoint_id = %s"
-        )
-        found = yield Stmt(query, (op.thread_id, target), ONE)
-        if found is None:
-            raise CheckpointNotFoundError(op.thread_id, target)
-        return _row(found)
+        raise CheckpointNotFoundError(op.thread_id, head if op.checkpoint_id is None else op.checkpoint_id)
 
     def _read_chain(self, op: ops.ReadChain) -> Script:
         # Each step of the walk is one primary-key lookup (LATERAL ... LIMIT 1 keeps the planner from hash-joining
@@ -578,7 +708,7 @@ class PostgresCheckpointer(Checkpointer):
             "UPDATE {checkpoints} SET snapshot = %s, chain_bytes = 0, base_bytes = %s "
             "WHERE thread_id = %s AND checkpoint_id = %s"
         )
-        yield Stmt(query, (op.snapshot, len(op.snapshot), op.thread_id, op.checkpoint_id))
+        yield Stmt(query, (op.snapshot, len(op.snapshot), op.thread_id, op.checkpoint_id), alone=True)
 
     def _delete_checkpoints(self, op: ops.DeleteCheckpoints) -> Script:
         query = self._q(
@@ -592,7 +722,8 @@ class PostgresCheckpointer(Checkpointer):
             "UPDATE {threads} SET ttl = %(ttl)s, expires_at = CASE WHEN %(ttl)s::double precision IS NULL THEN NULL "
             f"ELSE extract(epoch FROM updated_at) + %(ttl)s END WHERE thread_id = %(thread)s AND {_VISIBLE}"
         )
-        return (yield Stmt(query, {"ttl": op.ttl, "thread": op.thread_id, "now": _epoch(op.now)}, COUNT)) == 1
+        params = {"ttl": op.ttl, "thread": op.thread_id, "now": _epoch(op.now)}
+        return (yield Stmt(query, params, COUNT, alone=True)) == 1
 
     def _acquire(self, op: ops.AcquireLease) -> Script:
         # Insert, or take over an expired lease or one's own, in one statement; otherwise the holder comes back.
@@ -603,7 +734,7 @@ class PostgresCheckpointer(Checkpointer):
         )
         params = {"thread": op.thread_id, "owner": op.owner, "expires": _epoch(op.expires_at), "now": _epoch(op.now)}
         for _ in range(3):  # a holder that releases between the two statements: try again
-            if (yield Stmt(query, params, ONE)) is not None:
+            if (yield Stmt(query, params, ONE, alone=True)) is not None:
                 return None
             holder = yield Stmt(
                 self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s"), (op.thread_id,), ONE
@@ -614,11 +745,11 @@ class PostgresCheckpointer(Checkpointer):
 
     def _renew(self, op: ops.RenewLease) -> Script:
         query = self._q("UPDATE {leases} SET expires_at = %s WHERE thread_id = %s AND owner = %s")
-        return (yield Stmt(query, (_epoch(op.expires_at), op.thread_id, op.owner), COUNT)) == 1
+        return (yield Stmt(query, (_epoch(op.expires_at), op.thread_id, op.owner), COUNT, alone=True)) == 1
 
     def _release(self, op: ops.ReleaseLease) -> Script:
         query = self._q("DELETE FROM {leases} WHERE thread_id = %s AND owner = %s")
-        return (yield Stmt(query, (op.thread_id, op.owner), COUNT)) == 1
+        return (yield Stmt(query, (op.thread_id, op.owner), COUNT, alone=True)) == 1
 
     def _read_lease(self, op: ops.ReadLease) -> Script:
         found = yield Stmt(self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s"), (op.thread_id,), ONE)

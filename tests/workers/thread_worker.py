@@ -9,7 +9,8 @@ process) produce equal states.
 Run as a worker (``python -m workers.thread_worker``, with ``tests/`` as the working directory)::
 
     --store sqlite:/path/db.sqlite | postgres:<dsn>#<schema>
-    --thread T --message "alpha:3" [--topic T] [--interrupt] [--block tool:alpha-2 | model:alpha@3 --signal FILE [--hold SECONDS]]
+    --thread T --message "alpha:3" [--topic T] [--interrupt]
+    [--block tool:alpha-2 | model:alpha@3 --signal FILE [--hold SECONDS]]
     [--custom-type]
 
 ``--block`` makes the worker write ``FILE`` and hang when the ``write`` tool is called with that text (``tool:``) or
