@@ -113,7 +113,8 @@ class SQLiteCheckpointer(Checkpointer):
         (then a single connection is shared by all threads).
     :param timeout: How long a writer waits for another process's lock, in seconds.
     :param cache_size: How many threads' head states to keep materialized (0 disables the cache).
-    :param read_only: Open an existing file read-only (nothing is created or migrated; writes fail).
+    :param read_only: Open an existing file read-only (nothing is created or migrated; writes fail). A file without
+        write permission is opened immutable (no ``-wal`` or ``-shm`` file is created beside it).
     :param kwargs: The settings of :class:`~haystack_state.persistence.base.Checkpointer` (``lease_ttl``,
         ``thread_ttl``, ``snapshot_min_bytes``, ``snapshot_ratio``).
     """
@@ -174,7 +175,9 @@ class SQLiteCheckpointer(Checkpointer):
 
     def _open(self) -> sqlite3.Connection:
         if self._read_only:
-            uri = Path(self._path).resolve().as_uri() + "?mode=ro"
+            # A file nobody may write is opened immutable: SQLite then creates no -wal or -shm file beside it.
+            immutable = not os.stat(self._path).st_mode & 0o222
+            uri = Path(self._path).resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
             conn = sqlite3.connect(uri, uri=True, timeout=self._timeout, check_same_thread=False, isolation_level=None)
         else:
             conn = sqlite3.connect(self._path, timeout=self._timeout, check_same_thread=False, isolation_level=None)
