@@ -34,6 +34,7 @@ from typing import Any
 from haystack_state.persistence.delta import ExtendError, check_extends, compose_deltas
 from haystack_state.values import (
     FrozenDict,
+    FrozenDictWithObjects,
     FrozenList,
     FrozenListWithObjects,
     freeze,
@@ -351,6 +352,9 @@ _IMMUTABLE = (
     type,
 )
 _COPIERS: dict[type, Callable[[Any], Any]] = {}
+# The read-only containers of the cache, handed out as plain ones.
+_PLAIN_LISTS = frozenset({list, FrozenList, FrozenListWithObjects})
+_PLAIN_DICTS = frozenset({dict, FrozenDict, FrozenDictWithObjects})
 
 
 def fresh_copy(value: Any) -> Any:
@@ -407,10 +411,12 @@ def _same(value: Any) -> Any:
 
 
 def _copier_for(kind: type) -> Callable[[Any], Any]:
-    if issubclass(kind, list):
+    if kind in _PLAIN_LISTS:
         return _copy_list
-    if issubclass(kind, dict):
+    if kind in _PLAIN_DICTS:
         return _copy_dict
+    if issubclass(kind, list | dict):  # Counter, OrderedDict, defaultdict ...: their type is kept
+        return copy.deepcopy
     if issubclass(kind, _IMMUTABLE):
         return _same
     if issubclass(kind, tuple):
