@@ -18,9 +18,8 @@ and the operation.
 from __future__ import annotations
 
 import abc
-import dataclasses
 import datetime as dt
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -30,26 +29,25 @@ from haystack_state.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     CheckpointStorageError,
-    CodecError,
     HaystackStateError,
     ThreadConflictError,
     ThreadNotFoundError,
 )
 from haystack_state.persistence import ops
-from haystack_state.persistence.cache import HeadCache, apply_frozen, freeze_delta, freeze_state, fresh_copy
+from haystack_state.persistence.cache import HeadCache, fresh_copy
 from haystack_state.persistence.chain import (
     check_chain,
     compose_chain,
     corrupt_error,
     encoded_values,
-    extend_error,
     needs_snapshot,
-    parse_delta,
 )
-from haystack_state.persistence.codec import decode, encode, from_json, to_json
-from haystack_state.persistence.delta import Delta, ExtendError, Source, check_extends, encode_delta, new_checkpoint_id
+from haystack_state.persistence.codec import decode, encode, to_json
+from haystack_state.persistence.delta import Delta, ExtendError, Source, encode_delta, new_checkpoint_id
 from haystack_state.persistence.delta import utc_now as utc_now
 from haystack_state.persistence.leases import new_owner
+from haystack_state.persistence.ops import Flow
+from haystack_state.persistence.reading import StateReader
 from haystack_state.persistence.records import (
     SOURCES,
     ChainLink,
@@ -78,8 +76,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-#: A flow: yields operations, receives their results, returns the public method's result.
-Flow = Generator[ops.Op, Any, T]
 
 
 def conflict_error(thread_id: str, expected_head: str | None, actual_head: str | None) -> ThreadConflictError:
@@ -124,23 +120,7 @@ def check_commit(row: StoredCheckpoint, expected_head: str | None, actual_head: 
         raise CheckpointNotFoundError(row.thread_id, row.parent_id)
 
 
-def _decode_op_values(op: Mapping[str, Any], key: str) -> dict[str, Any]:
-    if op["op"] == "extend":
-        return {"op": "extend", "items": decode(op.get("items"), key=key)}
-    if op["op"] == "replace":
-        return {"op": "replace", "value": decode(op.get("value"), key=key)}
-    return {"op": "delete"}
-
-
-@dataclasses.dataclass(frozen=True)
-class _Materialized:
-    """A materialized state: frozen (maybe shared with the cache), or freshly decoded and owned by no one."""
-
-    frozen: dict[str, Any] | None
-    plain: dict[str, Any] | None
-
-
-class Checkpointer(abc.ABC):
+class Checkpointer(StateReader, abc.ABC):
     """
     Durable storage of state checkpoints, organized in threads. Thread-safe; usable as a context manager (``with``
     or ``async with``). Every method has an async twin (``acommit``, ``aget``, ...) that does not block the event loop.
@@ -493,7 +473,7 @@ class Checkpointer(abc.ABC):
     def _close(self) -> None:
         """Release resources."""
 
-    async def _aclose(self) -> None:  # noqa: B027 - most backends hold no async resources
+    async def _aclose(self) -> None:
         """Release async resources (the event loop's connections); called by :meth:`aclose` before :meth:`close`."""
 
     # --- driving flows ------------------------------------------------------------------------------------------
@@ -684,125 +664,6 @@ class Checkpointer(abc.ABC):
         if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds > 0:
             raise ValueError(f"A lease's ttl must be a positive number of seconds, got {ttl!r}.")
         return float(seconds)
-
-    # --- materializing --------------------------------------------------------------------------------------
-
-    def _meta(self, row: StoredCheckpoint, metadata: dict[str, Any] | None = None) -> CheckpointMeta:
-        """Build a row's record, decoding its metadata unless given (decoded already)."""
-        if metadata is None:
-            try:
-                metadata = {} if row.metadata == "{}" else decode(from_json(row.metadata), where="metadata")
-            except CodecError as error:
-                raise corrupt_error(row.thread_id, row.checkpoint_id, error) from None
-            if not isinstance(metadata, dict):
-                raise corrupt_error(row.thread_id, row.checkpoint_id, CodecError("metadata is not a mapping"))
-        return CheckpointMeta(
-            thread_id=row.thread_id,
-            checkpoint_id=row.checkpoint_id,
-            parent_id=row.parent_id,
-            step=row.step,
-            source=row.source,
-            tool_names=row.tool_names,
-            created_at=row.created_at,
-            changed_keys=row.changed_keys,
-            metadata=metadata,
-        )
-
-    def _materialize(self, row: StoredCheckpoint, *, cache: bool, read_only: bool) -> Flow[_Materialized]:
-        """
-        Build the state at ``row``: from the cached state if the row is the cached checkpoint or descends from it
-        (decoding only the deltas since), otherwise from the nearest snapshot or the root (decoding only the values
-        that survive).
-
-        :param row: The checkpoint.
-        :param cache: Whether to cache the result as the thread's head state.
-        :param read_only: Whether the caller takes a frozen state (then a state decoded from storage is frozen in
-            place and shared with the cache, rather than copied for it).
-        """
-        thread_id, checkpoint_id = row.thread_id, row.checkpoint_id
-        cached = self._cache.get(thread_id)
-        if cached is not None and cached[0] == checkpoint_id:
-            return _Materialized(frozen=cached[1], plain=None)
-        stop_at = cached[0] if cached is not None else None
-        chain: list[ChainLink] = yield ops.ReadChain(thread_id, checkpoint_id, stop_at)
-        check_chain(thread_id, checkpoint_id, stop_at, chain)
-        if cached is not None and chain[0].parent_id == stop_at:
-            try:
-                composed, origins = compose_chain(thread_id, chain, from_snapshot=False)
-                check_extends(cached[1], origins)
-                decoded = yield from self._decode_delta(row, composed)
-                frozen = apply_frozen(cached[1], decoded)
-            except ExtendError:
-                # A delta extends a value that is not a list; the walk from the root names the checkpoint exactly.
-                chain = yield ops.ReadChain(thread_id, checkpoint_id, None)
-                check_chain(thread_id, checkpoint_id, None, chain)
-            else:
-                if cache:
-                    self._cache.put(thread_id, checkpoint_id, frozen, (row.chain_bytes, row.base_bytes))
-                return _Materialized(frozen=frozen, plain=None)
-        try:
-            composed, _ = compose_chain(thread_id, chain, from_snapshot=chain[0].snapshot is not None)
-        except ExtendError as error:
-            raise extend_error(thread_id, error, error.checkpoint_id or checkpoint_id) from None
-        encoded = encoded_values(composed)
-        plain = yield from self._decode_state(row, encoded)
-        if cache and self._cache.size > 0:
-            try:
-                frozen = freeze_state(plain, owned=read_only)
-            except Exception:  # the cache is an optimization: a value it cannot freeze is simply not cached
-                self._cache.drop(thread_id)
-                if read_only:
-                    plain = yield from self._decode_state(row, encoded)
-                return _Materialized(frozen=None, plain=plain)
-            self._cache.put(thread_id, checkpoint_id, frozen, (row.chain_bytes, row.base_bytes))
-            if read_only:
-                return _Materialized(frozen=frozen, plain=None)
-        return _Materialized(frozen=None, plain=plain)
-
-    def _decode_delta(self, row: StoredCheckpoint, delta: Mapping[str, Mapping[str, Any]]) -> Flow[dict[str, Any]]:
-        try:
-            return {key: _decode_op_values(op, key) for key, op in delta.items()}
-        except CodecError as error:
-            culprit = yield from self._find_unreadable(row)
-            raise corrupt_error(row.thread_id, culprit, error) from None
-
-    def _decode_state(self, row: StoredCheckpoint, state: dict[str, Any]) -> Flow[dict[str, Any]]:
-        try:
-            return {key: decode(value, key=key) for key, value in state.items()}
-        except CodecError as error:
-            culprit = yield from self._find_unreadable(row)
-            raise corrupt_error(row.thread_id, culprit, error) from None
-
-    def _find_unreadable(self, row: StoredCheckpoint) -> Flow[str]:
-        """Find the checkpoint whose delta holds the value that failed to decode (slow path, errors only)."""
-        chain: list[ChainLink] = yield ops.ReadChain(row.thread_id, row.checkpoint_id, None)
-        for link in chain:
-            if link is chain[0] and link.snapshot is not None:
-                try:
-                    for key, value in encoded_values(
-                        compose_chain(row.thread_id, [link], from_snapshot=True)[0]
-                    ).items():
-                        decode(value, key=key)
-                except CodecError:
-                    return link.checkpoint_id
-                continue
-            for key, op in parse_delta(row.thread_id, link.checkpoint_id, link.delta).items():
-                try:
-                    _decode_op_values(op, key)
-                except CodecError:
-                    return link.checkpoint_id
-        return row.checkpoint_id
-
-    def _advance_cache(self, row: StoredCheckpoint, encoded: Mapping[str, Mapping[str, Any]]) -> None:
-        """After a commit, move the cached state to the new head, decoding and freezing only its delta."""
-        if self._cache.size <= 0:
-            return
-        try:
-            delta = freeze_delta({key: _decode_op_values(op, key) for key, op in encoded.items()})
-        except Exception:  # the commit is written: a delta the cache cannot take only costs the cache entry
-            self._cache.drop(row.thread_id)
-            return
-        self._cache.advance(row.thread_id, row.parent_id, row.checkpoint_id, delta, (row.chain_bytes, row.base_bytes))
 
 
 def _check_commit_args(

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Generator
+from typing import Any, TypeVar
 
 from haystack_state.persistence.records import StoredCheckpoint
 
@@ -31,6 +33,7 @@ __all__ = [
     "RenewLease",
     "SetSnapshot",
     "SetTTL",
+    "Flow",
     "describe",
 ]
 
@@ -207,6 +210,11 @@ Op = (
     | ReleaseLease
     | ReadLease
 )
+
+T = TypeVar("T")
+#: A flow: yields operations, receives their results, returns a public method's result (written once; driven by a
+#: checkpointer's ``_execute`` or, awaited, by its ``_aexecute``).
+Flow = Generator[Op, Any, T]
 
 #: The operations that write (a backend runs them in a write transaction).
 WRITES = (Insert, DeleteThread, SetSnapshot, DeleteCheckpoints, SetTTL, AcquireLease, RenewLease, ReleaseLease)
