@@ -290,3 +290,68 @@ def test_snapshots_bound_the_chain_a_cold_read_replays(backend: Harness) -> None
         early = sum(backend.row_bytes(cp, thread, m.checkpoint_id) for m in metas[10:60])
         late = sum(backend.row_bytes(cp, thread, m.checkpoint_id) for m in metas[70:120])
         assert late < 3 * early
+
+
+# --- migrating a database written by the previous version --------------------------------------------------------
+
+
+def test_a_version_1_database_is_migrated_and_reads_as_before(backend: Harness) -> None:
+    if not backend.persistent:
+        pytest.skip("no schema")
+    import json
+
+    if backend.name == "sqlite":
+        import sqlite3
+
+        from haystack_state.persistence.sqlite import MIGRATIONS
+
+        conn = sqlite3.connect(backend.path)  # type: ignore[attr-defined]
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("CREATE TABLE haystack_state_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+        conn.execute("INSERT INTO haystack_state_migrations VALUES (1, '2025-01-01T00:00:00+00:00')")
+        conn.execute(
+            "INSERT INTO haystack_state_threads VALUES ('old', 'c1', 1, '2025-01-01T00:00:00+00:00', "
+            "'2025-01-01T00:00:00+00:00')"
+        )
+        conn.execute(
+            "INSERT INTO haystack_state_checkpoints VALUES ('old', 'c1', 1, NULL, 0, 'tools', ?, ?, "
+            "'2025-01-01T00:00:00+00:00', '{}', ?)",
+            (json.dumps(["search"]), json.dumps(["x"]), json.dumps({"x": {"op": "replace", "value": 1}})),
+        )
+        conn.commit()
+        conn.close()
+    else:
+        import psycopg
+        from psycopg import sql
+
+        from haystack_state.persistence.postgres import MIGRATIONS
+
+        names = {
+            name: sql.Identifier(backend.schema, f"haystack_state_{name}")  # type: ignore[attr-defined]
+            for name in ("threads", "checkpoints", "migrations")
+        }
+        with psycopg.connect(backend.dsn, autocommit=True) as conn:  # type: ignore[attr-defined]
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(backend.schema)))  # type: ignore[attr-defined]
+            for statement in MIGRATIONS[0]:
+                conn.execute(sql.SQL(statement).format(**names))
+            conn.execute(
+                sql.SQL("CREATE TABLE {migrations} (version integer PRIMARY KEY, applied_at timestamptz)").format(
+                    **names
+                )
+            )
+            conn.execute(sql.SQL("INSERT INTO {migrations} VALUES (1, now())").format(**names))
+            conn.execute(sql.SQL("INSERT INTO {threads} VALUES ('old', 'c1', 1, now(), now())").format(**names))
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {checkpoints} VALUES ('old', 'c1', 1, NULL, 0, 'tools', %s, %s, now(), '{{}}', %s)"
+                ).format(**names),
+                (["search"], ["x"], json.dumps({"x": {"op": "replace", "value": 1}})),
+            )
+    cp = backend.make()
+    assert backend.migrations(cp) == [1, 2]
+    assert cp.get("old").values == {"x": 1}
+    meta = cp.history("old")[0]
+    assert meta.tool_names == ("search",) and meta.changed_keys == ("x",)
+    commit_all(cp, "old", [{"x": replace(2)}])
+    assert backend.make(cache_size=0).get("old").values == {"x": 2}
