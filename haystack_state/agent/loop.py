@@ -420,9 +420,8 @@ def agent_loop(
                 exit_now, exit_reason = None, EXIT_MAX_STEPS
     if hooks.get("after_run"):
         yield from run_hooks("after_run")
-    yield from commit(
-        "update", continues=bool(waiting)
-    )  # what on_exit and after_run hooks changed since the last checkpoint
+    # What on_exit and after_run hooks changed since the last checkpoint.
+    yield from commit("update", continues=bool(waiting))
     if conversation is None or not mirror:
         conversation = state.get("messages") or []
     outputs: dict[str, Any] = {key: state.get(key) for key in config.schema if key != "messages"}
