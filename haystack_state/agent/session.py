@@ -499,6 +499,7 @@ class ThreadSession:
                 "tool_names": tuple(tool_names),
                 "metadata": metadata,
                 "lease": lease,
+                "frozen": True,  # a State's read-only values: the checkpointer's cache adopts them
             },
         )
         return meta

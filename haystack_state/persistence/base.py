@@ -169,6 +169,7 @@ class Checkpointer(StateReader, abc.ABC):
         tool_names: Sequence[str] = (),
         metadata: dict[str, Any] | None = None,
         lease: Lease | None = None,
+        frozen: bool = False,
     ) -> CheckpointMeta:
         """
         Write a checkpoint atomically: all of it, or (on any error) nothing.
@@ -185,6 +186,8 @@ class Checkpointer(StateReader, abc.ABC):
         :param tool_names: The tools whose results this checkpoint records.
         :param metadata: Free-form metadata; any value the codec can encode.
         :param lease: The caller's lease on the thread: the commit is refused if another owner took the thread.
+        :param frozen: The delta's values are a ``State``'s read-only values (``State.peek_changes()``), which nothing
+            changes: the head cache adopts them instead of decoding copies (each value is held once).
         :returns: The new checkpoint's record.
         :raises ThreadConflictError: If the thread's head is not ``expected_head``.
         :raises ThreadBusyError: If ``lease`` is given and another owner holds a live lease on the thread.
@@ -193,7 +196,9 @@ class Checkpointer(StateReader, abc.ABC):
         :raises CheckpointStorageError: If the storage fails (nothing is written).
         :raises ValueError: If the thread id, delta, source, step or tool names are malformed.
         """
-        flow = self._commit_flow(thread_id, parent_id, expected_head, delta, step, source, tool_names, metadata, lease)
+        flow = self._commit_flow(
+            thread_id, parent_id, expected_head, delta, step, source, tool_names, metadata, lease, frozen
+        )
         return self._drive(flow)
 
     async def acommit(
@@ -208,9 +213,12 @@ class Checkpointer(StateReader, abc.ABC):
         tool_names: Sequence[str] = (),
         metadata: dict[str, Any] | None = None,
         lease: Lease | None = None,
+        frozen: bool = False,
     ) -> CheckpointMeta:
         """:meth:`commit`, awaiting the storage instead of blocking on it."""
-        flow = self._commit_flow(thread_id, parent_id, expected_head, delta, step, source, tool_names, metadata, lease)
+        flow = self._commit_flow(
+            thread_id, parent_id, expected_head, delta, step, source, tool_names, metadata, lease, frozen
+        )
         return await self._adrive(flow)
 
     def get(self, thread_id: str, checkpoint_id: str | None = None, *, read_only: bool = False) -> Checkpoint:
@@ -539,6 +547,7 @@ class Checkpointer(StateReader, abc.ABC):
         tool_names: Sequence[str],
         metadata: dict[str, Any] | None,
         lease: Lease | None,
+        frozen: bool = False,
     ) -> Flow[CheckpointMeta]:
         _check_commit_args(thread_id, step, source, tool_names, metadata)
         if parent_id is not None and not valid_checkpoint_id(parent_id):
@@ -590,7 +599,7 @@ class Checkpointer(StateReader, abc.ABC):
             base_bytes=max(base_bytes, 0),
         )
         yield ops.Insert(row, expected_head, lease.owner if lease is not None else None, now, self.thread_ttl)
-        self._advance_cache(row, encoded)
+        self._advance_cache(row, encoded, delta if frozen else None)
         return self._meta(row, decode(encoded_metadata, where="metadata") if encoded_metadata else {})
 
     def _get_flow(self, thread_id: str, checkpoint_id: str | None, read_only: bool) -> Flow[Checkpoint]:

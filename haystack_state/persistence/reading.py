@@ -26,7 +26,7 @@ from haystack_state.persistence.delta import ExtendError, check_extends
 from haystack_state.persistence.ops import Flow
 from haystack_state.persistence.records import ChainLink, CheckpointMeta, StoredCheckpoint
 
-__all__ = ["Materialized", "StateReader", "decode_op_values"]
+__all__ = ["Materialized", "StateReader", "adopt_op", "decode_op_values"]
 
 
 def decode_op_values(op: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -43,6 +43,15 @@ class Materialized:
 
     frozen: dict[str, Any] | None
     plain: dict[str, Any] | None
+
+
+def adopt_op(op: Mapping[str, Any]) -> dict[str, Any]:
+    """A delta operation whose values are a State's read-only values, as the cache holds it (no copy of the values)."""
+    if op["op"] == "extend":
+        return {"op": "extend", "items": list(op["items"])}
+    if op["op"] == "replace":
+        return {"op": "replace", "value": op["value"]}
+    return {"op": "delete"}
 
 
 class StateReader:
@@ -156,12 +165,24 @@ class StateReader:
                     return link.checkpoint_id
         return row.checkpoint_id
 
-    def _advance_cache(self, row: StoredCheckpoint, encoded: Mapping[str, Mapping[str, Any]]) -> None:
-        """After a commit, move the cached state to the new head, decoding and freezing only its delta."""
+    def _advance_cache(
+        self,
+        row: StoredCheckpoint,
+        encoded: Mapping[str, Mapping[str, Any]],
+        frozen: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """
+        After a commit, move the cached state to the new head: adopting the committed delta's values when they are a
+        State's read-only values already (``frozen``: nothing decoded or copied, each value held once in the process),
+        otherwise decoding and freezing only the delta.
+        """
         if self._cache.size <= 0:
             return
         try:
-            delta = freeze_delta({key: decode_op_values(op, key) for key, op in encoded.items()})
+            if frozen is not None:
+                delta = {key: adopt_op(op) for key, op in frozen.items()}
+            else:
+                delta = freeze_delta({key: decode_op_values(op, key) for key, op in encoded.items()})
         except Exception:  # the commit is written: a delta the cache cannot take only costs the cache entry
             self._cache.drop(row.thread_id)
             return
