@@ -1,22 +1,30 @@
 """
-The ``haystack-state`` command: run the offline demo, and look into the threads of a SQLite checkpoint file.
+The ``haystack-state`` command: run the offline demo, and look into (and tidy) the threads of a checkpoint store, a
+SQLite file or a ``postgresql://`` URL (with ``--schema``).
 
 - ``haystack-state demo [--db PATH] [--turns N]``: a multi-turn research assistant, printing each step's changes;
 - ``haystack-state threads DB``: one line per thread;
-- ``haystack-state show DB THREAD [--at CHECKPOINT]``: the state at the head (or a checkpoint), key by key;
-- ``haystack-state history DB THREAD``: the thread's checkpoints, newest first;
-- ``haystack-state diff DB THREAD A B``: what changed from checkpoint A to checkpoint B.
+- ``haystack-state show DB THREAD [--at CHECKPOINT] [--key KEY]``: the state at the head (or a checkpoint), key by
+  key, or one key's value;
+- ``haystack-state history DB THREAD [--limit N]``: the thread's checkpoints, newest first, with short ids and forks;
+- ``haystack-state diff DB THREAD A B``: what changed from checkpoint A to checkpoint B;
+- ``haystack-state delete DB THREAD``: delete a thread;
+- ``haystack-state prune DB [--thread T] [--keep-last N] [--older-than SECONDS]``: remove old checkpoints and
+  expired threads.
 
-Each takes ``--json`` (JSON on stdout and nothing else). The read commands need no schema: they show the stored
-values. A problem (a missing file, an unknown thread or checkpoint) is one line on stderr and exit code 1; bad
-arguments exit with code 2.
+``--json`` (anywhere on the line) prints JSON on stdout and nothing else; ``--version`` prints the version. The read
+commands never write: a read-only SQLite file is opened read-only. They need no schema: they show the stored values.
+A problem (a missing file, an unknown thread or checkpoint) is one line on stderr and exit code 1; bad arguments exit
+with code 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import datetime as dt
+import importlib.metadata
 import json
 import os
 import sqlite3
@@ -32,6 +40,7 @@ from haystack_state.agent.session import pending_tool_calls
 from haystack_state.demo import QUESTIONS, describe_change, item_summary, run_demo
 from haystack_state.display import summarize
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, HaystackStateError, ThreadNotFoundError
+from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.records import CheckpointMeta, ThreadInfo
 from haystack_state.persistence.sqlite import THREADS, SQLiteCheckpointer
 from haystack_state.server.cli import add_serve_command
@@ -42,6 +51,9 @@ __all__ = ["main", "build_parser"]
 
 PROG = "haystack-state"
 DEFAULT_DB = "haystack_state_demo.db"
+#: The length of a short checkpoint id (the random end of the UUIDv7), and the width ``history`` fits in.
+SHORT_ID = 8
+WIDTH = 100
 
 
 class CliError(Exception):
@@ -51,46 +63,95 @@ class CliError(Exception):
 # --- reading a database ------------------------------------------------------------------------------------------
 
 
+def _is_postgres(target: str) -> bool:
+    return target.startswith(("postgresql://", "postgres://"))
+
+
 @contextmanager
-def _open(path: str) -> Iterator[SQLiteCheckpointer]:
-    """Open an existing checkpoint file without creating or migrating anything."""
-    file = Path(path)
+def _open(target: str, *, schema: str = "public", write: bool = False) -> Iterator[Checkpointer]:
+    """
+    Open an existing checkpoint store: a PostgreSQL URL, or a SQLite file (read-only when the file is; never created
+    or migrated by a read command).
+    """
+    if _is_postgres(target):
+        try:
+            from haystack_state.persistence.postgres import PostgresCheckpointer
+        except ImportError as error:
+            raise CliError(str(error)) from None
+        try:
+            checkpointer: Checkpointer = PostgresCheckpointer(target, schema=schema, max_connections=1)
+        except Exception as error:  # a wrong URL, a server that does not answer
+            raise CliError(f"cannot open {target}: {' '.join(str(error).split())}") from None
+        with checkpointer:
+            yield checkpointer
+        return
+    file = Path(target)
     if not file.is_file():
-        raise CliError(f"no such file: {path}" if not file.exists() else f"not a file: {path}")
+        raise CliError(f"no such file: {target}" if not file.exists() else f"not a file: {target}")
+    immutable = not file.stat().st_mode & 0o222  # nobody may write it: SQLite creates no -wal or -shm beside it
     try:
-        with closing(sqlite3.connect(file.resolve().as_uri() + "?mode=ro", uri=True)) as conn:
+        uri = file.resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+        with closing(sqlite3.connect(uri, uri=True)) as conn:
             found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (THREADS,)).fetchone()
     except sqlite3.DatabaseError as error:
         if "not a database" in str(error):
-            raise CliError(f"{path} is not a haystack-state database ({error})") from None
-        raise CliError(f"cannot read {path}: {error}") from None
+            raise CliError(f"{target} is not a haystack-state database ({error})") from None
+        raise CliError(f"cannot read {target}: {error}") from None
     if found is None:
-        raise CliError(f"{path} is not a haystack-state database (it has no {THREADS} table)")
-    with SQLiteCheckpointer(file) as checkpointer:
+        raise CliError(f"{target} is not a haystack-state database (it has no {THREADS} table)")
+    read_only = not write and (immutable or not os.access(file, os.W_OK))
+    with SQLiteCheckpointer(file, read_only=read_only) as checkpointer:
         yield checkpointer
 
 
-def _history(checkpointer: SQLiteCheckpointer, db: str, thread_id: str) -> list[CheckpointMeta]:
+def _history(checkpointer: Checkpointer, db: str, thread_id: str, limit: int | None = None) -> list[CheckpointMeta]:
     try:
-        return checkpointer.history(thread_id)
+        return checkpointer.history(thread_id, limit=limit)
     except ThreadNotFoundError:
         raise CliError(f"no thread '{thread_id}' in {db} (list them with: {PROG} threads {db})") from None
 
 
+def short_ids(history: Sequence[CheckpointMeta]) -> dict[str, str]:
+    """
+    Short ids for a thread's checkpoints: the last 8 characters of each id (the random end of a UUIDv7), longer
+    where two would be the same, so each is unique within the thread.
+
+    :param history: The thread's checkpoints.
+    :returns: id -> short id.
+    """
+    ids = [meta.checkpoint_id for meta in history]
+    shorts: dict[str, str] = {}
+    for length in range(SHORT_ID, max((len(i) for i in ids), default=SHORT_ID) + 1):
+        pending = [i for i in ids if i not in shorts]
+        counts = collections.Counter(i[-length:] for i in pending)
+        for i in pending:
+            if counts[i[-length:]] == 1 or length >= len(i):
+                shorts[i] = i[-length:]
+        if len(shorts) == len(ids):
+            break
+    return shorts
+
+
 def _resolve(history: list[CheckpointMeta], thread_id: str, reference: str) -> CheckpointMeta:
-    """Find a checkpoint by its id or a unique prefix of it."""
-    found = [meta for meta in history if meta.checkpoint_id.startswith(reference)] if reference else []
+    """Find a checkpoint by its id, its short id (an end of it) or a unique prefix of it."""
+    found = (
+        [m for m in history if m.checkpoint_id.startswith(reference) or m.checkpoint_id.endswith(reference)]
+        if reference
+        else []
+    )
     exact = [meta for meta in found if meta.checkpoint_id == reference]
     if exact or len(found) == 1:
         return (exact or found)[0]
     if found:
-        raise CliError(f"checkpoint '{reference}' is ambiguous in thread '{thread_id}': {len(found)} ids start with it")
+        raise CliError(
+            f"checkpoint '{reference}' is ambiguous in thread '{thread_id}': {len(found)} ids start or end with it"
+        )
     raise CliError(
         f"thread '{thread_id}' has no checkpoint '{reference}' (list them with: {PROG} history DB {thread_id})"
     )
 
 
-def _values(checkpointer: SQLiteCheckpointer, meta: CheckpointMeta) -> dict[str, Any]:
+def _values(checkpointer: Checkpointer, meta: CheckpointMeta) -> dict[str, Any]:
     try:
         return checkpointer.get(meta.thread_id, meta.checkpoint_id).values
     except (ThreadNotFoundError, CheckpointNotFoundError) as error:  # deleted while we read
@@ -170,7 +231,7 @@ def _cmd_demo(args: argparse.Namespace, out: Output) -> None:
 
 
 def _cmd_threads(args: argparse.Namespace, out: Output) -> None:
-    with _open(args.db) as checkpointer:
+    with _open(args.db, schema=args.schema) as checkpointer:
         threads = checkpointer.list_threads()
     if args.json:
         out(json.dumps([_thread_json(info) for info in threads], indent=2, ensure_ascii=False))
@@ -195,10 +256,13 @@ def _thread_json(info: ThreadInfo) -> dict[str, Any]:
 
 
 def _cmd_show(args: argparse.Namespace, out: Output) -> None:
-    with _open(args.db) as checkpointer:
+    with _open(args.db, schema=args.schema) as checkpointer:
         history = _history(checkpointer, args.db, args.thread)
         meta = _resolve(history, args.thread, args.at) if args.at is not None else history[0]
         values = _values(checkpointer, meta)
+    if args.key is not None:
+        _show_key(args, values, meta, out)
+        return
     messages = values.get("messages")
     is_chat = isinstance(messages, list) and all(isinstance(m, ChatMessage) for m in messages)
     pending = pending_tool_calls(State({}, {"messages": messages}), meta) if is_chat else []
@@ -238,30 +302,84 @@ def _cmd_show(args: argparse.Namespace, out: Output) -> None:
 
 
 def _cmd_history(args: argparse.Namespace, out: Output) -> None:
-    with _open(args.db) as checkpointer:
-        history = _history(checkpointer, args.db, args.thread)
+    with _open(args.db, schema=args.schema) as checkpointer:
+        history = _history(checkpointer, args.db, args.thread, args.limit)
+        everything = history if args.limit is None else _history(checkpointer, args.db, args.thread)
+    children = collections.Counter(meta.parent_id for meta in everything)
+    forks = {meta.checkpoint_id for meta in everything if meta.parent_id is not None and children[meta.parent_id] > 1}
     if args.json:
-        out(json.dumps([_meta_json(meta) for meta in history], indent=2, ensure_ascii=False))
+        records = [{**_meta_json(meta), "fork": meta.checkpoint_id in forks} for meta in history]
+        out(json.dumps(records, indent=2, ensure_ascii=False))
         return
-    rows = [("CHECKPOINT", "PARENT", "STEP", "SOURCE", "TOOLS", "CREATED", "CHANGED KEYS")]
+    shorts = short_ids(everything)
+    rows = [("CHECKPOINT", "PARENT", "STEP", "SOURCE", "TOOLS", "CREATED", "FORK", "CHANGED KEYS")]
     for meta in history:
         rows.append(
             (
-                meta.checkpoint_id,
-                meta.parent_id or "-",
+                shorts[meta.checkpoint_id],
+                shorts.get(meta.parent_id or "", meta.parent_id[-SHORT_ID:] if meta.parent_id else "-"),
                 str(meta.step),
                 meta.source,
-                ",".join(meta.tool_names) or "-",
-                _time(meta.created_at),
+                _clip(",".join(meta.tool_names) or "-", 16),
+                meta.created_at.strftime("%m-%d %H:%M:%S"),
+                "fork" if meta.checkpoint_id in forks else "",
                 ", ".join(meta.changed_keys) or "-",
             )
         )
     for line in _table(rows, right=[2]):
-        out(line)
+        out(_clip(line, WIDTH))
+    if forks:
+        out(f"fork: the checkpoint starts a branch (its parent has other children); {len(forks)} in this thread")
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _show_key(args: argparse.Namespace, values: dict[str, Any], meta: CheckpointMeta, out: Output) -> None:
+    if args.key not in values:
+        raise CliError(
+            f"thread '{args.thread}' has no value for key '{args.key}' at checkpoint {meta.checkpoint_id} "
+            f"(keys: {', '.join(sorted(values)) or 'none'})"
+        )
+    value = values[args.key]
+    if args.json:
+        document = {"key": args.key, "type": _type_name(value), "size": _size(value), "value": _jsonable(value)}
+        out(json.dumps(document, indent=2, ensure_ascii=False))
+        return
+    rendered = _jsonable(value)
+    out(rendered if isinstance(rendered, str) else json.dumps(rendered, indent=2, ensure_ascii=False))
+
+
+def _cmd_delete(args: argparse.Namespace, out: Output) -> None:
+    with _open(args.db, schema=args.schema, write=True) as checkpointer:
+        count = len(_history(checkpointer, args.db, args.thread))
+        checkpointer.delete_thread(args.thread)
+    if args.json:
+        out(json.dumps({"deleted": args.thread, "checkpoints": count}, ensure_ascii=False))
+        return
+    out(f"deleted thread '{args.thread}' ({count} checkpoints)")
+
+
+def _cmd_prune(args: argparse.Namespace, out: Output) -> None:
+    with _open(args.db, schema=args.schema, write=True) as checkpointer:
+        if args.thread is not None:
+            _history(checkpointer, args.db, args.thread, 1)
+        result = checkpointer.prune(args.thread, keep_last=args.keep_last, older_than=args.older_than)
+    if args.json:
+        out(json.dumps(dataclasses.asdict(result), indent=2, ensure_ascii=False))
+        return
+    out(
+        f"removed {result.checkpoints_deleted} checkpoints, wrote {result.snapshots_written} snapshots, deleted "
+        f"{len(result.threads_deleted)} expired threads"
+        + (f", skipped {len(result.threads_skipped)} busy threads" if result.threads_skipped else "")
+    )
+    if result.checkpoints_deleted and not _is_postgres(args.db):
+        out(f"the space is reused by later commits; to shrink the file: sqlite3 {args.db} VACUUM")
 
 
 def _cmd_diff(args: argparse.Namespace, out: Output) -> None:
-    with _open(args.db) as checkpointer:
+    with _open(args.db, schema=args.schema) as checkpointer:
         history = _history(checkpointer, args.db, args.thread)
         first, second = (_resolve(history, args.thread, ref) for ref in (args.a, args.b))
         before, after = _values(checkpointer, first), _values(checkpointer, second)
@@ -305,19 +423,43 @@ def _turns(text: str) -> int:
     return turns
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """
-    The command-line parser, with one sub-command per job.
+    The command-line parser, with one sub-command per job. ``--json`` is accepted anywhere on the line.
 
     :returns: The parser.
     """
     parser = argparse.ArgumentParser(prog=PROG, description="Run the haystack-state demo and inspect agent threads.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    json_flag = argparse.ArgumentParser(add_help=False)
-    json_flag.add_argument("--json", action="store_true", help="print JSON (and nothing else) on stdout")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON (and nothing else) on stdout")
+    store = argparse.ArgumentParser(add_help=False, parents=[common])
+    store.add_argument("db", metavar="DB", help="a SQLite checkpoint file, or a postgresql:// URL")
+    store.add_argument("--schema", default="public", help="the PostgreSQL schema (default: public)")
 
     demo = commands.add_parser(
-        "demo", parents=[json_flag], help="run an offline multi-turn research assistant on a SQLite thread"
+        "demo", parents=[common], help="run an offline multi-turn research assistant on a SQLite thread"
     )
     demo.add_argument("--db", default=DEFAULT_DB, metavar="PATH", help=f"the SQLite file (default: {DEFAULT_DB})")
     demo.add_argument(
@@ -325,30 +467,49 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(handler=_cmd_demo)
 
-    threads = commands.add_parser("threads", parents=[json_flag], help="list the threads of a database")
-    threads.add_argument("db", metavar="DB", help="the SQLite checkpoint file")
+    threads = commands.add_parser("threads", parents=[store], help="list the threads of a database")
     threads.set_defaults(handler=_cmd_threads)
 
-    show = commands.add_parser("show", parents=[json_flag], help="show a thread's state, key by key")
-    show.add_argument("db", metavar="DB", help="the SQLite checkpoint file")
+    show = commands.add_parser("show", parents=[store], help="show a thread's state, key by key")
     show.add_argument("thread", metavar="THREAD", help="the thread id")
-    show.add_argument("--at", metavar="CHECKPOINT", help="a checkpoint id (or a unique prefix); the head by default")
+    show.add_argument("--at", metavar="CHECKPOINT", help="a checkpoint id (or its short id); the head by default")
+    show.add_argument("--key", metavar="KEY", help="print this key's value only")
     show.set_defaults(handler=_cmd_show)
 
-    history = commands.add_parser("history", parents=[json_flag], help="list a thread's checkpoints, newest first")
-    history.add_argument("db", metavar="DB", help="the SQLite checkpoint file")
+    history = commands.add_parser("history", parents=[store], help="list a thread's checkpoints, newest first")
     history.add_argument("thread", metavar="THREAD", help="the thread id")
+    history.add_argument("--limit", type=_positive, metavar="N", help="the newest N checkpoints only")
     history.set_defaults(handler=_cmd_history)
 
-    diff = commands.add_parser("diff", parents=[json_flag], help="what changed from checkpoint A to checkpoint B")
-    diff.add_argument("db", metavar="DB", help="the SQLite checkpoint file")
+    diff = commands.add_parser("diff", parents=[store], help="what changed from checkpoint A to checkpoint B")
     diff.add_argument("thread", metavar="THREAD", help="the thread id")
-    diff.add_argument("a", metavar="A", help="the earlier checkpoint id (or a unique prefix)")
-    diff.add_argument("b", metavar="B", help="the later checkpoint id (or a unique prefix)")
+    diff.add_argument("a", metavar="A", help="the earlier checkpoint id (or its short id)")
+    diff.add_argument("b", metavar="B", help="the later checkpoint id (or its short id)")
     diff.set_defaults(handler=_cmd_diff)
+
+    delete = commands.add_parser("delete", parents=[store], help="delete a thread and its checkpoints")
+    delete.add_argument("thread", metavar="THREAD", help="the thread id")
+    delete.set_defaults(handler=_cmd_delete)
+
+    prune = commands.add_parser(
+        "prune",
+        parents=[store],
+        help="remove old checkpoints (never a head or an interrupted one) and expired threads",
+    )
+    prune.add_argument("--thread", metavar="THREAD", help="this thread only (default: every thread)")
+    prune.add_argument("--keep-last", type=_positive, metavar="N", help="keep the newest N checkpoints of a thread")
+    prune.add_argument("--older-than", type=_seconds, metavar="SECONDS", help="keep checkpoints younger than this")
+    prune.set_defaults(handler=_cmd_prune)
 
     add_serve_command(commands)
     return parser
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("haystack-state")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -359,8 +520,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     :returns: The exit code: 0 on success, 1 for a problem reported on stderr, 2 for bad arguments.
     """
     parser = build_parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    # --json anywhere on the line: before or after the command, or among its arguments.
+    as_json = "--json" in arguments
+    arguments = [argument for argument in arguments if argument != "--json"]
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(arguments)
+        args.json = as_json
     except SystemExit as stop:  # argparse has printed the usage and the error (or the help)
         return stop.code if isinstance(stop.code, int) else 1
     try:
@@ -372,7 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {str(error).splitlines()[0]}", file=sys.stderr)
         return 1
     except sqlite3.Error as error:  # a locked or read-only file, a full disk
-        print(f"{PROG}: error: {args.db}: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {getattr(args, 'db', '')}: {error}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # piped into a command that stopped reading (head): silence the final flush
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

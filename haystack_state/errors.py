@@ -178,9 +178,26 @@ class ThreadConflictError(CheckpointError):
 
 class ThreadBusyError(ThreadConflictError, ValueError):
     """
-    A run was started with new messages on a thread whose last run has not finished: it is running elsewhere, or it
-    stopped early (a crash, an error). Nothing of the new run was written. Retry later; if the last run stopped,
-    finish it first with ``agent.run(messages=[], thread_id=...)``.
+    A run was started on a thread that another run holds (its lease is live), or with new messages on a thread whose
+    last run has not finished (it stopped early: a crash, an error). Nothing of the new run was written. Retry later;
+    if the last run stopped, finish it first with ``agent.run(messages=[], thread_id=...)``.
+
+    :param message: What happened.
+    :param holder: The owner of the live lease on the thread, if that is the reason.
+    :param expires_at: When that lease expires unless its holder renews it (a timezone-aware UTC datetime).
+    """
+
+    def __init__(self, message: str, *, holder: str | None = None, expires_at: Any = None) -> None:
+        self.holder = holder
+        self.expires_at = expires_at
+        super().__init__(message)
+
+
+class CheckpointStorageError(CheckpointError):
+    """
+    The storage under a checkpointer failed (a full disk, a read-only or deleted file, a lost database connection).
+    The message names the thread and the operation; the driver's error is the ``__cause__``. A commit that raises
+    this was not written, unless the message says its outcome is unknown.
     """
 
 

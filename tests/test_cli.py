@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from persistence.conftest import postgres_dsn, postgres_schema
 
 from haystack_state import SQLiteCheckpointer, State
-from haystack_state.cli import main
+from haystack_state.cli import main, short_ids
 from haystack_state.demo import QUESTIONS, SCHEMA
 from haystack_state.persistence.records import CheckpointMeta
 
 PROG = "haystack-state"
+__all__ = ["postgres_dsn", "postgres_schema"]  # fixtures
 
 
 @dataclass
@@ -234,26 +236,34 @@ def test_threads_of_an_empty_database(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_history_lists_checkpoints_newest_first(demo: Demo, capsys: pytest.CaptureFixture[str]) -> None:
     text = run(capsys, "history", str(demo.db), demo.thread, unchanged=demo.folder)
     assert text.code == 0
-    assert text.lines[0].split() == ["CHECKPOINT", "PARENT", "STEP", "SOURCE", "TOOLS", "CREATED", "CHANGED", "KEYS"]
+    header = ["CHECKPOINT", "PARENT", "STEP", "SOURCE", "TOOLS", "CREATED", "FORK", "CHANGED", "KEYS"]
+    assert text.lines[0].split() == header
+    assert max(len(line) for line in text.lines) <= 100
     rows = text.lines[1:]
     assert len(rows) == len(demo.history)
+    shorts = short_ids(demo.history)
+    assert len(set(shorts.values())) == len(demo.history)  # unique within the thread
+    assert all(len(short) >= 8 and meta.endswith(short) for meta, short in shorts.items())
     for row, meta in zip(rows, demo.history, strict=True):
         cells = row.split()
         assert cells[:5] == [
-            meta.checkpoint_id,
-            meta.parent_id or "-",
+            shorts[meta.checkpoint_id],
+            shorts[meta.parent_id] if meta.parent_id else "-",
             str(meta.step),
             meta.source,
             ",".join(meta.tool_names) or "-",
         ]
-        assert row.endswith(", ".join(meta.changed_keys))
+        assert row.endswith(", ".join(meta.changed_keys)) or row.endswith("...")
     assert rows[-1].split()[1] == "-"  # the first checkpoint has no parent
+    limited = run(capsys, "history", str(demo.db), demo.thread, "--limit", "3", unchanged=demo.folder)
+    assert [line.split() for line in limited.lines[1:]] == [row.split() for row in rows[:3]]
 
     records = run(capsys, "history", str(demo.db), demo.thread, "--json", unchanged=demo.folder).json()
     assert [r["checkpoint_id"] for r in records] == [m.checkpoint_id for m in demo.history]
     tools = next(r for r in records if r["source"] == "tools")
     meta = next(m for m in demo.history if m.checkpoint_id == tools["checkpoint_id"])
     assert tools == {
+        "fork": False,
         "checkpoint_id": meta.checkpoint_id,
         "parent_id": meta.parent_id,
         "step": meta.step,
@@ -443,7 +453,9 @@ def test_an_ambiguous_checkpoint_prefix(demo: Demo, capsys: pytest.CaptureFixtur
     prefix = demo.head[:4]  # ids of one thread, made within a minute, share their first digits
     count = sum(m.checkpoint_id.startswith(prefix) for m in demo.history)
     result = run(capsys, "show", str(demo.db), demo.thread, "--at", prefix, unchanged=demo.folder)
-    message = f"{PROG}: error: checkpoint '{prefix}' is ambiguous in thread '{demo.thread}': {count} ids start with it"
+    message = (
+        f"{PROG}: error: checkpoint '{prefix}' is ambiguous in thread '{demo.thread}': {count} ids start or end with it"
+    )
     assert_fails(result, message)
 
 
@@ -524,3 +536,101 @@ def test_the_installed_command(launcher: list[str], demo: Demo) -> None:
         f"{PROG}: error: no thread 'nobody' in {demo.db} (list them with: {PROG} threads {demo.db})"
     ]
     assert _files(demo.folder) == before
+
+
+# --- issue 14: stores, keys, forks, deleting and pruning ----------------------------------------------------------
+
+
+def _forked_store(path: Path) -> tuple[str, list[str]]:
+    """A thread with a fork: ids oldest first (the fork's last)."""
+    from haystack_state.persistence import replace
+
+    with SQLiteCheckpointer(path) as cp:
+        ids: list[str] = []
+        head = None
+        for i in range(4):
+            head = cp.commit("t", parent_id=head, expected_head=head, delta={"n": replace(i)}, step=i, source="update")
+            ids.append(head.checkpoint_id)
+            head = head.checkpoint_id  # type: ignore[assignment]
+        fork = cp.commit("t", parent_id=ids[1], expected_head=ids[-1], delta={"n": replace(9)}, step=2, source="update")
+        ids.append(fork.checkpoint_id)
+    return "t", ids
+
+
+def test_history_marks_forks_and_show_prints_one_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "forked.db"
+    thread, ids = _forked_store(db)
+    text = run(capsys, "history", str(db), thread, unchanged=tmp_path)
+    marked = [line.split()[0] for line in text.lines[1:] if " fork " in f" {line} "]
+    shorts = short_ids([type("M", (), {"checkpoint_id": i})() for i in ids])  # type: ignore[misc]
+    assert sorted(marked) == sorted([shorts[ids[2]], shorts[ids[4]]])  # both children of the fork point
+    assert text.lines[-1].startswith("fork:")
+    as_json = run(capsys, "--json", "history", str(db), thread).json()  # --json before the command
+    assert {r["checkpoint_id"] for r in as_json if r["fork"]} == {ids[2], ids[4]}
+    assert run(capsys, "show", str(db), thread, "--key", "n", unchanged=tmp_path).out == "9\n"
+    assert run(capsys, "show", "--json", str(db), thread, "--key", "n", "--at", shorts[ids[0]]).json() == {
+        "key": "n",
+        "type": "int",
+        "size": 1,
+        "value": 0,
+    }
+    missing = run(capsys, "show", str(db), thread, "--key", "nope")
+    assert_fails(missing, f"{PROG}: error: thread 't' has no value for key 'nope' at checkpoint {ids[4]} (keys: n)")
+
+
+def test_delete_and_prune(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "forked.db"
+    thread, _ = _forked_store(db)
+    pruned = run(capsys, "prune", str(db), "--keep-last", "2", "--json").json()
+    assert pruned["checkpoints_deleted"] == 3 and pruned["threads_deleted"] == []
+    assert "VACUUM" in run(capsys, "prune", str(db), "--keep-last", "1").out
+    with SQLiteCheckpointer(db) as cp:
+        assert cp.get(thread).values == {"n": 9}
+        assert len(cp.history(thread)) == 1
+    assert run(capsys, "delete", str(db), thread).out == "deleted thread 't' (1 checkpoints)\n"
+    assert_fails(
+        run(capsys, "delete", str(db), thread),
+        f"{PROG}: error: no thread 't' in {db} (list them with: {PROG} threads {db})",
+    )
+    assert_fails(
+        run(capsys, "prune", str(db), "--keep-last", "0"),
+        f"{PROG} prune: error: argument --keep-last: must be at least 1, got 0",
+        code=2,
+    )
+
+
+def test_a_read_only_file_is_read_without_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    db = folder / "forked.db"
+    thread, ids = _forked_store(db)
+    with SQLiteCheckpointer(db) as cp, cp._raw_connection() as conn:  # fold the WAL in: the file holds the data
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for extra in ("-wal", "-shm"):
+        Path(f"{db}{extra}").unlink(missing_ok=True)
+    db.chmod(0o444)
+    text = run(capsys, "show", str(db), thread, "--key", "n", unchanged=folder)
+    assert text.out == "9\n"
+    assert not Path(f"{db}-wal").exists()
+    assert run(capsys, "history", str(db), thread, "--json", unchanged=folder).json()[0]["checkpoint_id"] == ids[-1]
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith(f"{PROG} ")
+
+
+@pytest.mark.postgres
+def test_a_postgresql_url_is_opened(
+    postgres_dsn: str, postgres_schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from haystack_state.persistence import replace
+    from haystack_state.persistence.postgres import PostgresCheckpointer
+
+    with PostgresCheckpointer(postgres_dsn, schema=postgres_schema) as cp:
+        cp.commit("pg", parent_id=None, expected_head=None, delta={"n": replace(5)}, step=0, source="update")
+    listed = run(capsys, "threads", postgres_dsn, "--schema", postgres_schema, "--json").json()
+    assert [t["thread_id"] for t in listed] == ["pg"]
+    assert run(capsys, "show", postgres_dsn, "pg", "--schema", postgres_schema, "--key", "n").out == "5\n"
+    assert run(capsys, "delete", postgres_dsn, "pg", "--schema", postgres_schema).code == 0
+    assert run(capsys, "threads", postgres_dsn, "--schema", postgres_schema, "--json").json() == []

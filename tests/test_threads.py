@@ -30,6 +30,7 @@ from haystack_state import (
     State,
     StateHandlerError,
     StateTypeError,
+    ThreadBusyError,
     ThreadConflictError,
     ThreadNotFoundError,
     UnknownStateKeyError,
@@ -436,26 +437,34 @@ def _race(runs: dict[str, Any]) -> dict[str, Any]:
     return outcomes
 
 
-def test_two_runs_committing_to_one_thread_one_wins_the_other_conflicts(store: Harness) -> None:
+def test_two_runs_on_one_thread_one_holds_it_the_other_is_busy_and_writes_nothing(store: Harness) -> None:
     cp = store.make()
     schema = {"notes": {"type": list[str]}}
     Agent(ScriptedChatGenerator(script=["hello"]), state_schema=schema, checkpointer=cp).run(user("hi"), thread_id="t")
     before = cp.history("t")
-    barrier = threading.Barrier(2, timeout=30)
+    ended = threading.Event()
 
     def agent_for(name: str, checkpointer: Checkpointer) -> Agent:
         def reply(messages: list[ChatMessage], tools: list[Tool]) -> str:
-            barrier.wait()  # both runs loaded the thread's head before either commits
+            ended.wait(30)  # the run holding the thread waits until the other one has given up
             return f"answer from {name}"
 
         return Agent(ScriptedChatGenerator(policy=reply), state_schema=schema, checkpointer=checkpointer)
 
+    def run(agent: Agent) -> Any:
+        try:
+            return agent.run([], thread_id="t")
+        finally:
+            ended.set()
+
     agents = {"a": agent_for("a", cp), "b": agent_for("b", _second(store, cp))}
-    outcomes = _race({name: lambda agent=agent: agent.run([], thread_id="t") for name, agent in agents.items()})
-    conflicts = [name for name, outcome in outcomes.items() if isinstance(outcome, ThreadConflictError)]
+    outcomes = _race({name: lambda agent=agent: run(agent) for name, agent in agents.items()})
+    busy = [name for name, outcome in outcomes.items() if isinstance(outcome, ThreadBusyError)]
     winners = [name for name, outcome in outcomes.items() if isinstance(outcome, dict)]
-    assert len(conflicts) == 1 and len(winners) == 1, outcomes
-    winner, loser = winners[0], conflicts[0]
+    assert len(busy) == 1 and len(winners) == 1, outcomes
+    assert isinstance(outcomes[busy[0]], ThreadConflictError)  # a caller retrying on conflicts retries
+    assert outcomes[busy[0]].holder is not None and outcomes[busy[0]].expires_at is not None
+    winner, loser = winners[0], busy[0]
     history = cp.history("t")
     assert history[1:] == before  # exactly one checkpoint more: the winner's
     assert history[0].parent_id == before[0].checkpoint_id
@@ -463,19 +472,22 @@ def test_two_runs_committing_to_one_thread_one_wins_the_other_conflicts(store: H
     final = [m.text for m in agents[winner].get_state("t").values["messages"]]
     assert final[-1] == f"answer from {winner}"
     assert f"answer from {loser}" not in final
+    assert cp.read_lease("t") is None  # released when the run ended
 
 
-def test_two_runs_finishing_the_same_pending_calls_one_wins(store: Harness) -> None:
+def test_two_runs_finishing_the_same_pending_calls_run_the_tool_once(store: Harness) -> None:
     cp = store.make()
     schema = {"notes": {"type": list[str]}}
-    barrier = threading.Barrier(2, timeout=30)
     armed = threading.Event()
+    ended = threading.Event()
+    calls: list[str] = []
 
     @tool(outputs_to_state={"notes": {"source": "note"}})
     def note(text: str) -> dict[str, Any]:
         """Take a note."""
         if armed.is_set():
-            barrier.wait()
+            calls.append(threading.current_thread().name)
+            ended.wait(30)  # the run holding the thread waits until the other one has given up
             return {"note": f"{text} by {threading.current_thread().name}"}
         raise RuntimeError("the first attempt fails")
 
@@ -488,14 +500,21 @@ def test_two_runs_finishing_the_same_pending_calls_one_wins(store: Harness) -> N
             raise_on_tool_invocation_failure=True,
         )
 
+    def run(agent: Agent) -> Any:
+        try:
+            return agent.run([], thread_id="t")
+        finally:
+            ended.set()
+
     with pytest.raises(Exception, match="first attempt"):
         agent_on(cp, [[("note", {"text": "n"})]]).run(user("note it"), thread_id="t")
     before = cp.history("t")
     assert before[0].source == "model"  # the call is pending
     armed.set()
     agents = [agent_on(cp, ["ok"]), agent_on(_second(store, cp), ["ok"])]
-    outcomes = _race({f"run{i}": (lambda agent=agent: agent.run([], thread_id="t")) for i, agent in enumerate(agents)})
-    assert sorted(type(o).__name__ for o in outcomes.values()) == ["ThreadConflictError", "dict"], outcomes
+    outcomes = _race({f"run{i}": (lambda agent=agent: run(agent)) for i, agent in enumerate(agents)})
+    assert sorted(type(o).__name__ for o in outcomes.values()) == ["ThreadBusyError", "dict"], outcomes
+    assert len(calls) == 1  # the tool ran once: the live run was not taken over
     history = cp.history("t")
     assert [m.source for m in history[: len(history) - len(before)]] == ["model", "tools"]
     assert history[len(history) - len(before) :] == before

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from haystack.dataclasses import ChatMessage
 from workers import harness, thread_worker
-from workers.harness import Worker, store_spec
+from workers.harness import Worker, store_spec, wait_for_leases
 from workers.thread_worker import build_agent
 
 from haystack_state import AgentRunError, CodecError, State, ToolExecutionError
+from haystack_state.errors import ThreadBusyError
 from haystack_state.persistence import Checkpointer, InMemoryCheckpointer
 
 store = harness.store
@@ -80,6 +81,10 @@ def test_a_killed_run_continues_in_another_process_to_the_uninterrupted_state(
         worker.kill()
 
     cp = persistent_store.make()
+    assert cp.read_lease("t") is not None  # the dead run's lease holds the thread until it expires
+    with pytest.raises(ThreadBusyError, match="busy"):
+        build_agent(cp).run([], thread_id="t")
+    wait_for_leases(cp, ["t"])
     committed = branch(cp, "t")
     assert committed[-1].source == head_source
     agent = build_agent(cp)
@@ -124,6 +129,7 @@ def test_a_killed_run_resumed_by_a_second_worker_then_continued(persistent_store
         worker.wait_for(signal_file)
         worker.kill()
     cp = persistent_store.make()
+    wait_for_leases(cp, ["t"])
     agent = build_agent(cp)
     assert agent.run([], thread_id="t")["notes"] == ["alpha-1", "alpha-2"]
     # The thread goes on as usual afterwards, from another process too.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Generator
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict, logging
@@ -50,7 +49,6 @@ from haystack_state.agent.hooks import (
 from haystack_state.agent.loop import (
     RESERVED_INPUTS,
     RESERVED_OUTPUTS,
-    Effect,
     LoopConfig,
     RunControl,
     RunRequest,
@@ -356,7 +354,7 @@ class Agent(ThreadMethods, StreamMethods):
 
     # --- running -----------------------------------------------------------------------------------------------
 
-    def _start(
+    def _prepare(
         self,
         messages: list[ChatMessage],
         kwargs: dict[str, Any],
@@ -365,12 +363,12 @@ class Agent(ThreadMethods, StreamMethods):
         is_async: bool,
         sink: EventSink | None = None,
         control: RunControl | None = None,
-    ) -> tuple[Generator[Effect, Any, dict[str, Any]], Effects]:
+    ) -> RunRequest:
         """
-        Prepare a run, before anything is sent or stored: select the streaming callback, render the prompts (a
-        missing variable raises here), select the tools, open the thread. The agent is warmed up already.
+        Prepare a run, before anything is read, sent or stored: select the streaming callback, render the prompts (a
+        missing variable raises here), select the tools. The agent is warmed up already.
 
-        :returns: The loop (a generator of effects) and what executes its effects.
+        :returns: The run's request.
         """
         callback: StreamingCallbackT | None = select_streaming_callback(  # type: ignore[call-overload]
             self.streaming_callback, options.streaming_callback, requires_async=is_async
@@ -382,7 +380,7 @@ class Agent(ThreadMethods, StreamMethods):
         run_tools = self._toolbox.for_run(options.tools)
         if options.tools is not None and not self._generator_takes_tools and self._toolbox.resolve(run_tools).specs:
             raise TypeError(f"{type(self.chat_generator).__name__}.run does not accept a 'tools' parameter.")
-        request = RunRequest(
+        return RunRequest(
             messages=list(messages or []),
             inputs=inputs,
             tools=run_tools,
@@ -397,19 +395,49 @@ class Agent(ThreadMethods, StreamMethods):
             sink=sink,
             control=control,
         )
-        session: ThreadSession | None
-        if options.decisions is not None:
-            session = self._existing(str(options.thread_id))
-        else:
-            session = self._session(options.thread_id, options.checkpoint_id)
-        effects = Effects(
+
+    def _effects(self, control: RunControl | None = None) -> Effects:
+        return Effects(
             chat_generator=self.chat_generator,
             raise_on_failure=self.raise_on_tool_invocation_failure,
             max_workers=self.tool_concurrency_limit,
             passthrough=self.tool_streaming_callback_passthrough,
             control=control,
         )
-        return agent_loop(self._loop_config, request, session), effects
+
+    def _open(self, options: RunOptions) -> ThreadSession | None:
+        """Open the run's thread (under its lease), or None without one; the caller closes it."""
+        if options.decisions is not None:
+            return self._existing(str(options.thread_id), lease=True)
+        return self._session(options.thread_id, options.checkpoint_id)
+
+    async def _open_async(self, options: RunOptions) -> ThreadSession | None:
+        """:meth:`_open`, awaiting the checkpointer."""
+        if options.decisions is not None:
+            return await self._existing_async(str(options.thread_id), lease=True)
+        return await self._session_async(options.thread_id, options.checkpoint_id)
+
+    def _execute(self, messages: list[ChatMessage], kwargs: dict[str, Any], options: RunOptions) -> dict[str, Any]:
+        """Prepare, open the thread, run the loop synchronously, release the thread."""
+        request = self._prepare(messages, kwargs, options, is_async=False)
+        session = self._open(options)
+        try:
+            return drive(agent_loop(self._loop_config, request, session), self._effects())
+        finally:
+            if session is not None:
+                session.close()
+
+    async def _execute_async(
+        self, messages: list[ChatMessage], kwargs: dict[str, Any], options: RunOptions
+    ) -> dict[str, Any]:
+        """:meth:`_execute`, awaiting the effects."""
+        request = self._prepare(messages, kwargs, options, is_async=True)
+        session = await self._open_async(options)
+        try:
+            return await drive_async(agent_loop(self._loop_config, request, session), self._effects())
+        finally:
+            if session is not None:
+                await session.aclose()
 
     def run(
         self,
@@ -463,7 +491,7 @@ class Agent(ThreadMethods, StreamMethods):
         self.warm_up()
         warm_up_tools(runtime_tools(tools))
         options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
-        return drive(*self._start(messages, kwargs, options, is_async=False))
+        return self._execute(messages, kwargs, options)
 
     async def run_async(
         self,
@@ -495,7 +523,7 @@ class Agent(ThreadMethods, StreamMethods):
         await self.warm_up_async()
         await warm_up_tools_async(runtime_tools(tools))
         options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
-        return await drive_async(*self._start(messages, kwargs, options, is_async=True))
+        return await self._execute_async(messages, kwargs, options)
 
     # --- durable threads ---------------------------------------------------------------------------------------
 
@@ -524,7 +552,7 @@ class Agent(ThreadMethods, StreamMethods):
         """
         self.warm_up()
         options = RunOptions(streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions)
-        return drive(*self._start([], {}, options, is_async=False))
+        return self._execute([], {}, options)
 
     async def resume_async(
         self,
@@ -538,7 +566,7 @@ class Agent(ThreadMethods, StreamMethods):
         """Continue an interrupted run asynchronously. Same parameters and outputs as :meth:`resume`."""
         await self.warm_up_async()
         options = RunOptions(streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions)
-        return await drive_async(*self._start([], {}, options, is_async=True))
+        return await self._execute_async([], {}, options)
 
     # --- serialisation ---------------------------------------------------------------------------------------
 

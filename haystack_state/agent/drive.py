@@ -12,7 +12,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from haystack_state.agent.hooks import call_hook, call_hook_async
-from haystack_state.agent.loop import CallModel, Commit, Effect, RunControl, RunTools
+from haystack_state.agent.loop import CallModel, Commit, Effect, HoldThread, RunControl, RunTools
 from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
 
 __all__ = [
@@ -110,6 +110,8 @@ def execute(effect: Effect, effects: Effects) -> Any:
         return effect.session.commit(
             effect.state, effect.source, tool_names=effect.tool_names, metadata=effect.metadata, step=effect.step
         )
+    if isinstance(effect, HoldThread):
+        return effect.session.hold()
     return [call_hook(hook, effect.point, effect.state) for hook in effect.hooks]
 
 
@@ -139,9 +141,11 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
             streaming_callback=effect.streaming_callback,
         )
     if isinstance(effect, Commit):
-        return effect.session.commit(
+        return await effect.session.commit_async(
             effect.state, effect.source, tool_names=effect.tool_names, metadata=effect.metadata, step=effect.step
         )
+    if isinstance(effect, HoldThread):
+        return await effect.session.hold_async()
     return [await call_hook_async(hook, effect.point, effect.state) for hook in effect.hooks]
 
 

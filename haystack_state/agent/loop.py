@@ -67,6 +67,7 @@ __all__ = [
     "CallModel",
     "Commit",
     "Effect",
+    "HoldThread",
     "LoopConfig",
     "RunHooks",
     "RunControl",
@@ -198,7 +199,14 @@ class Commit:
     step: int
 
 
-Effect = CallModel | RunTools | RunHooks | Commit
+@dataclasses.dataclass(frozen=True)
+class HoldThread:
+    """Effect: take the session's lease on its thread (before the run's first commit, model or tool call)."""
+
+    session: ThreadSession
+
+
+Effect = CallModel | RunTools | RunHooks | Commit | HoldThread
 
 
 # --- configuration -----------------------------------------------------------------------------------------------
@@ -383,8 +391,8 @@ class AgentRun:
         values["tools"] = self.tools.tools
         values["step_count"] = self.step
         previous = session.run_metadata() if session is not None and self.continuing else {}
-        if isinstance(previous.get("token_usage"), dict):
-            values["token_usage"] = dict(previous["token_usage"])
+        if session is not None and self.continuing:
+            values["token_usage"] = session.run_usage
         counts = previous.get("tool_call_counts")
         values["tool_call_counts"] = {name: 0 for name in self.tools.specs} | (
             dict(counts) if isinstance(counts, dict) else {}
@@ -482,7 +490,7 @@ class AgentRun:
         values = state.run_values
         metadata: dict[str, Any] = {"run_step": self.step, "run_start": self.run_start, **extra}
         if values["token_usage"]:
-            metadata["token_usage"] = values["token_usage"]
+            metadata["usage"] = values["token_usage"]
         if any(values["tool_call_counts"].values()):
             metadata["tool_call_counts"] = {k: v for k, v in values["tool_call_counts"].items() if v}
         if continues:
@@ -749,6 +757,9 @@ class AgentRun:
                 head = self.session.head_id if self.session is not None else None
                 self.request.sink.emit(RunStarted, checkpoint_id=head, continuing=self.continuing)
             try:
+                if self.session is not None:
+                    # The run's inputs are checked: from here on, no other run may take the thread.
+                    yield HoldThread(self.session)
                 yield from self._commit("input", continues=True)
                 if not self.continuing:
                     if "before_run" in self.hook_points:

@@ -14,22 +14,26 @@ keeps the run-scoped keys and the step count, and starts with the pending calls.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any, TypeVar
 
+from haystack import logging
 from haystack.dataclasses import ChatMessage, ToolCall
 
-from haystack_state.errors import CheckpointError, ThreadBusyError
-from haystack_state.persistence.base import Checkpointer
-from haystack_state.persistence.delta import Source
-from haystack_state.persistence.records import CheckpointMeta
+from haystack_state.errors import CheckpointError, ThreadBusyError, ThreadNotFoundError
+from haystack_state.persistence.base import Checkpointer, conflict_error
+from haystack_state.persistence.delta import Source, utc_now
+from haystack_state.persistence.leases import LeaseKeeper, busy_error, new_owner
+from haystack_state.persistence.records import CheckpointMeta, Lease, check_thread_id
 from haystack_state.schema import FieldSpec
 from haystack_state.state import State
 
 __all__ = [
     "REJECTED",
     "RUN_METADATA",
+    "Call",
     "ThreadSession",
     "ThreadSnapshot",
     "apply_decisions",
@@ -39,12 +43,16 @@ __all__ = [
     "reset_run_scope",
 ]
 
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
 REJECTED = "A human reviewer rejected this tool call; it was not run."
 
 #: The checkpoint metadata that describes the run that wrote it: ``run_step`` (the model calls the run made so far),
-#: ``continues`` (the run meant to go on), ``interrupted`` and ``pending`` (the ids of the calls waiting for
-#: ``Agent.resume``). A human ``update`` of an open thread carries them over, so the run can still be continued.
-RUN_METADATA = ("run_step", "continues", "interrupted", "pending")
+#: ``usage`` (the token usage it summed so far), ``continues`` (the run meant to go on), ``interrupted`` and
+#: ``pending`` (the ids of the calls waiting for ``Agent.resume``). A human ``update`` of an open thread carries them
+#: over, so the run can still be continued.
+RUN_METADATA = ("run_step", "run_start", "usage", "tool_call_counts", "continues", "interrupted", "pending")
 
 
 def _trailing_calls(messages: Sequence[ChatMessage]) -> list[ToolCall]:
@@ -193,45 +201,188 @@ class ThreadSnapshot:
         return State(schema, {key: value for key, value in self.values.items() if key in schema})
 
 
+#: One call a session makes on its checkpointer: the method's name (its async twin is ``"a" + name``), its
+#: positional and its keyword arguments.
+Call = tuple[str, tuple[Any, ...], dict[str, Any]]
+
+
 class ThreadSession:
     """
-    One run's handle on a thread.
+    One run's handle on a thread. Open it with :meth:`open` (or ``await`` :meth:`open_async`), which loads the
+    thread (refusing one a live run holds); :meth:`hold` takes the thread's lease once the run's inputs are checked
+    and renews it from a background thread while the run works; :meth:`close` (or :meth:`aclose`) releases it. The
+    I/O of opening, holding and committing is written once, as calls that the sync and async shells execute.
 
     :param checkpointer: Where the thread lives.
     :param thread_id: The thread.
     :param schema: The agent's field specs.
-    :param checkpoint_id: Load this checkpoint instead of the head; the first commit forks from it.
     """
 
-    def __init__(
-        self,
+    def __init__(self, checkpointer: Checkpointer, thread_id: str, schema: Mapping[str, FieldSpec]) -> None:
+        self.checkpointer = checkpointer
+        self.thread_id = check_thread_id(thread_id)
+        self.schema = schema
+        self.loaded: CheckpointMeta | None = None
+        self.step = 0
+        self.head_id: str | None = None
+        self.parent_id: str | None = None
+        #: The pending tool calls at the loaded checkpoint (see :func:`pending_tool_calls`).
+        self.pending: list[ToolCall] = []
+        self.lease: Lease | None = None
+        self._guard: Lease | None = None
+        self._wants_lease = False
+        self._keeper: LeaseKeeper | None = None
+        self._values: dict[str, Any] = {}
+
+    @classmethod
+    def open(
+        cls,
         checkpointer: Checkpointer,
         thread_id: str,
         schema: Mapping[str, FieldSpec],
         checkpoint_id: str | None = None,
-    ) -> None:
-        self.checkpointer = checkpointer
-        self.thread_id = thread_id
-        self.schema = schema
-        self.loaded: CheckpointMeta | None = None
-        self.step = 0
-        self._values: dict[str, Any] = {}
+        *,
+        lease: bool = True,
+    ) -> ThreadSession:
+        """
+        Open a thread and load its head, or ``checkpoint_id`` to fork from it. With ``lease=True`` a thread a live
+        run holds is refused at once, and :meth:`hold` takes the lease before the run's first effect.
+
+        :param checkpointer: Where the thread lives.
+        :param thread_id: The thread.
+        :param schema: The agent's field specs.
+        :param checkpoint_id: Load this checkpoint instead of the head; the first commit forks from it.
+        :param lease: Take the thread's lease (with :meth:`hold`) and keep it until :meth:`close`.
+        :returns: The session.
+        :raises ThreadBusyError: If another run holds the thread's lease.
+        :raises ValueError: For an invalid thread id.
+        """
+        session = cls(checkpointer, thread_id, schema)
+        _call_sync(checkpointer, session._open_calls(checkpoint_id, lease))
+        return session
+
+    @classmethod
+    async def open_async(
+        cls,
+        checkpointer: Checkpointer,
+        thread_id: str,
+        schema: Mapping[str, FieldSpec],
+        checkpoint_id: str | None = None,
+        *,
+        lease: bool = True,
+    ) -> ThreadSession:
+        """:meth:`open`, awaiting the checkpointer's async methods."""
+        session = cls(checkpointer, thread_id, schema)
+        await _call_async(checkpointer, session._open_calls(checkpoint_id, lease))
+        return session
+
+    def _open_calls(self, checkpoint_id: str | None, lease: bool) -> Generator[Call, Any, None]:
+        if lease:
+            # Refuse a thread a live run holds before doing anything; the lease itself is taken by :meth:`hold`,
+            # once the run's inputs are checked (a run refused for bad input writes nothing at all).
+            holder: Lease | None = yield ("read_lease", (self.thread_id,), {})
+            if holder is not None:
+                raise busy_error(self.thread_id, holder.owner, holder.expires_at)
+            self._wants_lease = True
         # The first commit expects the head this session saw: the checkpoint it loaded (read as one, even if another
-        # run moves the head meanwhile), or for a fork the head read before the fork point. A run that committed in
-        # between makes that commit fail with ThreadConflictError; nothing of it is silently dropped.
-        self.head_id = checkpointer.head(thread_id)
-        if checkpoint_id is not None or self.head_id is not None:
+        # writer moves the head meanwhile), or for a fork the head read before the fork point. A commit in between
+        # makes that commit fail with ThreadConflictError; nothing of it is silently dropped.
+        checkpoint = None
+        if checkpoint_id is not None:
+            self.head_id = yield ("head", (self.thread_id,), {})
+        try:
             # Read-only: the values are shared with the checkpointer's cache; a State copies what it keeps, and a
             # snapshot hands them out read-only.
-            checkpoint = checkpointer.get(thread_id, checkpoint_id, read_only=True)
+            checkpoint = yield ("get", (self.thread_id, checkpoint_id), {"read_only": True})
+        except ThreadNotFoundError:
+            if checkpoint_id is not None:
+                raise
+        if checkpoint is not None:
             if checkpoint_id is None:
                 self.head_id = checkpoint.checkpoint_id
             self.loaded = checkpoint.meta
             self.step = checkpoint.meta.step
             self._values = checkpoint.values
         self.parent_id = self.loaded.checkpoint_id if self.loaded is not None else None
-        #: The pending tool calls at the loaded checkpoint (see :func:`pending_tool_calls`).
-        self.pending: list[ToolCall] = _trailing_calls(self._values.get("messages") or []) if self.loaded else []
+        self.pending = _trailing_calls(self._values.get("messages") or []) if self.loaded else []
+
+    def hold(self) -> None:
+        """
+        Take the thread's lease for the run (before its first commit, model call or tool call) and keep renewing it
+        from a background thread until :meth:`close`. Does nothing for a session opened with ``lease=False`` or
+        already holding it.
+
+        :raises ThreadBusyError: If another run took the thread since the session opened it.
+        :raises ThreadConflictError: If another writer moved the thread's head since the session loaded it.
+        """
+        if self._wants_lease and self.lease is None:
+            _call_sync(self.checkpointer, self._hold_calls())
+            self._keep()
+
+    async def hold_async(self) -> None:
+        """:meth:`hold`, awaiting the checkpointer."""
+        if self._wants_lease and self.lease is None:
+            await _call_async(self.checkpointer, self._hold_calls())
+            self._keep()
+
+    def _hold_calls(self) -> Generator[Call, Any, None]:
+        lease: Lease = yield ("acquire_lease", (self.thread_id,), {})
+        try:
+            head = yield ("head", (self.thread_id,), {})
+        except BaseException:
+            yield ("release_lease", (lease,), {})
+            raise
+        if head != self.head_id:
+            yield ("release_lease", (lease,), {})
+            raise conflict_error(self.thread_id, self.head_id, head)
+        self.lease = lease
+
+    def _keep(self) -> None:
+        if self.lease is not None:
+            self._keeper = LeaseKeeper(self.checkpointer, self.lease)
+
+    def guard_commits(self) -> None:
+        """
+        Without taking the thread's lease (nothing is written until a commit), make this session's commits fail with
+        ``ThreadBusyError`` while another run holds it: for a short edit such as ``Agent.update_state``.
+        """
+        self._guard = Lease(self.thread_id, new_owner(), utc_now())
+
+    def close(self) -> None:
+        """Stop renewing the lease and release it (a new run may start on the thread at once). Idempotent."""
+        lease = self._stop_keeping()
+        if lease is not None:
+            try:
+                self.checkpointer.release_lease(lease)
+            except CheckpointError as error:  # it expires on its own
+                logger.warning(
+                    "Could not release the lease on thread '{thread_id}': {error}",
+                    thread_id=self.thread_id,
+                    error=error,
+                )
+
+    async def aclose(self) -> None:
+        """:meth:`close`, awaiting the checkpointer."""
+        keeper, self._keeper = self._keeper, None
+        lease, self.lease = self.lease, None
+        if keeper is not None:
+            lease = await asyncio.to_thread(keeper.stop)
+        if lease is not None:
+            try:
+                await self.checkpointer.arelease_lease(lease)
+            except CheckpointError as error:
+                logger.warning(
+                    "Could not release the lease on thread '{thread_id}': {error}",
+                    thread_id=self.thread_id,
+                    error=error,
+                )
+
+    def _stop_keeping(self) -> Lease | None:
+        keeper, self._keeper = self._keeper, None
+        lease, self.lease = self.lease, None
+        if keeper is not None:
+            lease = keeper.stop()
+        return lease
 
     @property
     def is_new(self) -> bool:
@@ -253,6 +404,12 @@ class ThreadSession:
         """The model calls the unfinished run at the loaded checkpoint made so far (0 if the run finished)."""
         value = self.loaded.metadata.get("run_step") if self.loaded is not None and self.continues else None
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    @property
+    def run_usage(self) -> dict[str, Any]:
+        """The token usage the unfinished run at the loaded checkpoint recorded so far (empty if it finished)."""
+        value = self.loaded.metadata.get("usage") if self.loaded is not None and self.continues else None
+        return dict(value) if isinstance(value, Mapping) else {}
 
     def run_metadata(self) -> dict[str, Any]:
         """The loaded checkpoint's :data:`RUN_METADATA`, for an ``update`` commit to carry over."""
@@ -302,19 +459,52 @@ class ThreadSession:
         :param step: The thread's step (defaults to the session's).
         :returns: The checkpoint's record.
         :raises ThreadConflictError: If another run committed to the thread since this session last did.
+        :raises ThreadBusyError: If this session's lease was lost to another run.
         :raises CodecError: If a value cannot be encoded (nothing is written; the changes stay journaled).
         """
-        delta = state.peek_changes()
-        meta = self.checkpointer.commit(
-            self.thread_id,
-            parent_id=self.parent_id,
-            expected_head=self.head_id,
-            delta=delta,
-            step=self.step if step is None else step,
-            source=source,
-            tool_names=tuple(tool_names),
-            metadata=metadata,
+        calls = self._commit_calls(state, source, tool_names, metadata, step)
+        return self._committed(state, _call_sync(self.checkpointer, calls))
+
+    async def commit_async(
+        self,
+        state: State,
+        source: Source,
+        *,
+        tool_names: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+        step: int | None = None,
+    ) -> CheckpointMeta:
+        """:meth:`commit`, awaiting the checkpointer."""
+        calls = self._commit_calls(state, source, tool_names, metadata, step)
+        return self._committed(state, await _call_async(self.checkpointer, calls))
+
+    def _commit_calls(
+        self,
+        state: State,
+        source: Source,
+        tool_names: Sequence[str],
+        metadata: dict[str, Any] | None,
+        step: int | None,
+    ) -> Generator[Call, Any, CheckpointMeta]:
+        lease = self._keeper.lease if self._keeper is not None else self.lease or self._guard
+        meta: CheckpointMeta = yield (
+            "commit",
+            (self.thread_id,),
+            {
+                "parent_id": self.parent_id,
+                "expected_head": self.head_id,
+                "delta": state.peek_changes(),
+                "step": self.step if step is None else step,
+                "source": source,
+                "tool_names": tuple(tool_names),
+                "metadata": metadata,
+                "lease": lease,
+                "frozen": True,  # a State's read-only values: the checkpointer's cache adopts them
+            },
         )
+        return meta
+
+    def _committed(self, state: State, meta: CheckpointMeta) -> CheckpointMeta:
         state.drain_changes()
         self.head_id = self.parent_id = meta.checkpoint_id
         self.loaded = meta
@@ -330,6 +520,36 @@ class ThreadSession:
         if self.loaded is None:
             raise CheckpointError(f"Thread '{self.thread_id}' has no checkpoints.")
         return ThreadSnapshot(dict(self._values), self.loaded, list(self.pending), self.schema)
+
+
+def _call_sync(checkpointer: Checkpointer, calls: Generator[Call, Any, T]) -> T:
+    """Execute a session's calls with the checkpointer's sync methods; an error is thrown back into the calls."""
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            name, args, kwargs = calls.throw(error) if error is not None else calls.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            result, error = getattr(checkpointer, name)(*args, **kwargs), None
+        except Exception as exc:
+            result, error = None, exc
+
+
+async def _call_async(checkpointer: Checkpointer, calls: Generator[Call, Any, T]) -> T:
+    """Execute a session's calls with the checkpointer's async methods (``a`` + name)."""
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            name, args, kwargs = calls.throw(error) if error is not None else calls.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            result, error = await getattr(checkpointer, "a" + name)(*args, **kwargs), None
+        except Exception as exc:
+            result, error = None, exc
 
 
 def plan_continuation(
@@ -356,11 +576,10 @@ def plan_continuation(
             "agent.resume(thread_id, decisions={call_id: 'approve' | 'reject' | {'arguments': {...}}})."
         )
     if messages and (pending or session.continues):
-        unfinished = f"tool call(s) to {names} whose results are not committed" if pending else "a run in progress"
+        unfinished = f"tool call(s) to {names} whose results are not committed" if pending else "an unfinished run"
         raise ThreadBusyError(
-            f"Thread '{session.thread_id}' has {unfinished}: another process may be running it, or it stopped early "
-            "(a crash, an error). Nothing was written. Retry later; if that run stopped, finish it first with "
-            "agent.run(messages=[], thread_id=...)."
+            f"Thread '{session.thread_id}' has {unfinished}: its last run stopped early (a crash) and no run holds "
+            "the thread now. Nothing was written. Finish that run first with agent.run(messages=[], thread_id=...)."
         )
     if decisions is not None and not session.interrupted:
         hint = (

@@ -19,7 +19,7 @@ import contextvars
 import dataclasses
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from haystack.dataclasses import ChatMessage, StreamingChunk
@@ -30,7 +30,8 @@ from haystack.tools.utils import warm_up_tools, warm_up_tools_async
 
 from haystack_state.agent.drive import Effects, RunCancelled, drive, drive_async
 from haystack_state.agent.events import AgentEvent, EventSink, ModelChunk, RunFailed, RunFinished
-from haystack_state.agent.loop import Effect, RunControl
+from haystack_state.agent.loop import Effect, LoopConfig, RunControl, RunRequest, agent_loop
+from haystack_state.agent.session import ThreadSession
 
 if TYPE_CHECKING:
     from haystack_state.agent.toolbox import ToolsArg
@@ -97,13 +98,14 @@ class _Raised:
     error: BaseException
 
 
-Starter = Callable[..., tuple[Generator[Effect, Any, dict[str, Any]], Effects]]
-
-
 class StreamMethods:
     """The streaming methods of ``Agent``."""
 
-    _start: Starter
+    _loop_config: LoopConfig
+    _prepare: Callable[..., RunRequest]
+    _effects: Callable[..., Effects]
+    _open: Callable[[RunOptions], ThreadSession | None]
+    _open_async: Callable[[RunOptions], Awaitable[ThreadSession | None]]
 
     def warm_up(self) -> None: ...  # provided by Agent
 
@@ -147,8 +149,15 @@ class StreamMethods:
         sink = EventSink(events.put, thread_id)
         control = RunControl()
         options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
-        flow, effects = self._start(messages, kwargs, options, is_async=False, sink=sink, control=control)
-        return _pump(flow, effects, sink, events, control)
+        request = self._prepare(messages, kwargs, options, is_async=False, sink=sink, control=control)
+        session = self._open(options)
+        try:
+            flow = agent_loop(self._loop_config, request, session)
+        except BaseException:
+            if session is not None:
+                session.close()
+            raise
+        return _pump(flow, self._effects(control), session, sink, events, control)
 
     async def stream_async(
         self,
@@ -187,7 +196,15 @@ class StreamMethods:
         sink = EventSink(deliver, thread_id)
         control = RunControl()
         options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
-        flow, effects = self._start(messages, kwargs, options, is_async=True, sink=sink, control=control)
+        request = self._prepare(messages, kwargs, options, is_async=True, sink=sink, control=control)
+        session = await self._open_async(options)
+        try:
+            flow = agent_loop(self._loop_config, request, session)
+        except BaseException:
+            if session is not None:
+                await session.aclose()
+            raise
+        effects = self._effects(control)
 
         async def work() -> None:
             try:
@@ -199,6 +216,8 @@ class StreamMethods:
                 if not isinstance(exc, Exception):
                     raise
             finally:
+                if session is not None:
+                    await session.aclose()
                 deliver(_DONE)
 
         task = asyncio.ensure_future(work())
@@ -224,6 +243,7 @@ def _report(sink: EventSink, error: BaseException) -> None:
 def _pump(
     flow: Generator[Effect, Any, dict[str, Any]],
     effects: Effects,
+    session: ThreadSession | None,
     sink: EventSink,
     events: queue.SimpleQueue[Any],
     control: RunControl,
@@ -238,6 +258,8 @@ def _pump(
             _report(sink, exc)
             events.put(_Raised(exc))
         finally:
+            if session is not None:
+                session.close()
             events.put(_DONE)
 
     context = contextvars.copy_context()  # the caller's tracing span stays the run's parent

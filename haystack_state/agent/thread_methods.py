@@ -1,17 +1,15 @@
 """
-The Agent's durable-thread inspection and editing methods (``get_state``, ``get_history``, ``update_state``), as a
-mixin of :class:`haystack_state.agent.Agent`.
+The Agent's durable-thread inspection and editing methods (``get_state``, ``get_history``, ``update_state`` and
+their async twins), as a mixin of :class:`haystack_state.agent.Agent`.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from haystack_state.agent.history import CheckpointHistory
 from haystack_state.agent.session import ThreadSession, ThreadSnapshot
 from haystack_state.errors import ThreadNotFoundError
 from haystack_state.persistence.base import Checkpointer
-from haystack_state.persistence.records import CheckpointMeta
+from haystack_state.persistence.records import CheckpointMeta, check_thread_id
 from haystack_state.schema import FieldSpec
 
 __all__ = ["ThreadMethods"]
@@ -25,30 +23,53 @@ class ThreadMethods:
 
     def _session(self, thread_id: str | None, checkpoint_id: str | None) -> ThreadSession | None:
         """
-        Open a run's thread, or None without a ``thread_id``.
+        Open a run's thread under its lease (close the session when the run ends), or None without a ``thread_id``.
 
         :raises ValueError: For a ``checkpoint_id`` without ``thread_id``, or a ``thread_id`` without checkpointer.
+        :raises ThreadBusyError: If another run holds the thread.
         """
         if thread_id is None:
             if checkpoint_id is not None:
                 raise ValueError("checkpoint_id needs a thread_id.")
             return None
-        return ThreadSession(
-            self._checkpointer(f"thread_id='{thread_id}'"), thread_id, self._specs_fields, checkpoint_id
-        )
+        checkpointer = self._checkpointer(thread_id)
+        return ThreadSession.open(checkpointer, thread_id, self._specs_fields, checkpoint_id)
 
-    def _existing(self, thread_id: str, checkpoint_id: str | None = None) -> ThreadSession:
+    async def _session_async(self, thread_id: str | None, checkpoint_id: str | None) -> ThreadSession | None:
+        """:meth:`_session`, awaiting the checkpointer."""
+        if thread_id is None:
+            if checkpoint_id is not None:
+                raise ValueError("checkpoint_id needs a thread_id.")
+            return None
+        checkpointer = self._checkpointer(thread_id)
+        return await ThreadSession.open_async(checkpointer, thread_id, self._specs_fields, checkpoint_id)
+
+    def _existing(self, thread_id: str, checkpoint_id: str | None = None, *, lease: bool = False) -> ThreadSession:
         """Open a thread that must exist (``ThreadNotFoundError`` otherwise)."""
-        session = ThreadSession(
-            self._checkpointer(f"thread_id='{thread_id}'"), thread_id, self._specs_fields, checkpoint_id
+        session = ThreadSession.open(
+            self._checkpointer(thread_id), thread_id, self._specs_fields, checkpoint_id, lease=lease
         )
         if session.is_new:
+            session.close()
             raise ThreadNotFoundError(thread_id)
         return session
 
-    def _checkpointer(self, what: str) -> Checkpointer:
+    async def _existing_async(
+        self, thread_id: str, checkpoint_id: str | None = None, *, lease: bool = False
+    ) -> ThreadSession:
+        """:meth:`_existing`, awaiting the checkpointer."""
+        session = await ThreadSession.open_async(
+            self._checkpointer(thread_id), thread_id, self._specs_fields, checkpoint_id, lease=lease
+        )
+        if session.is_new:
+            await session.aclose()
+            raise ThreadNotFoundError(thread_id)
+        return session
+
+    def _checkpointer(self, thread_id: object) -> Checkpointer:
+        check_thread_id(thread_id)
         if self.checkpointer is None:
-            raise ValueError(f"{what} needs an Agent created with a checkpointer.")
+            raise ValueError(f"thread_id={thread_id!r} needs an Agent created with a checkpointer.")
         return self.checkpointer
 
     def get_state(self, thread_id: str, checkpoint_id: str | None = None) -> ThreadSnapshot:
@@ -58,40 +79,57 @@ class ThreadMethods:
         :param thread_id: The thread.
         :param checkpoint_id: An earlier checkpoint of the thread; the head if None.
         :returns: The values, the checkpoint's record and any pending tool calls.
-        :raises ValueError: If the agent has no checkpointer.
+        :raises ValueError: If the agent has no checkpointer, or for an invalid thread id.
         :raises ThreadNotFoundError: If the thread has no checkpoint.
         :raises CheckpointNotFoundError: If the thread has no such checkpoint.
         """
         return self._existing(thread_id, checkpoint_id).snapshot()
 
-    def get_history(self, thread_id: str) -> CheckpointHistory:
+    async def get_state_async(self, thread_id: str, checkpoint_id: str | None = None) -> ThreadSnapshot:
+        """:meth:`get_state`, awaiting the checkpointer (no database call blocks the event loop)."""
+        return (await self._existing_async(thread_id, checkpoint_id)).snapshot()
+
+    def get_history(self, thread_id: str, limit: int | None = None, before: str | None = None) -> CheckpointHistory:
         """
         A thread's checkpoints (every branch), newest first, each with its id, parent id, step, source (input, model,
-        tools or update), tool names, creation time and changed keys. Renders as a table in notebooks.
+        tools or update), tool names, creation time and changed keys. Renders as a table in notebooks. Pages through
+        a long thread without loading all of it: ``limit`` records at a time, ``before`` the last id of a page.
 
         :param thread_id: The thread.
+        :param limit: At most this many records (None: all).
+        :param before: Only the checkpoints committed before this one.
         :returns: The checkpoints.
-        :raises ValueError: If the agent has no checkpointer.
+        :raises ValueError: If the agent has no checkpointer, or for an invalid thread id or limit.
         :raises ThreadNotFoundError: If the thread has no checkpoint.
+        :raises CheckpointNotFoundError: If ``before`` is not a checkpoint of the thread.
         """
-        return CheckpointHistory(self._checkpointer("get_history").history(thread_id))
+        return CheckpointHistory(self._checkpointer(thread_id).history(thread_id, limit=limit, before=before))
 
-    def update_state(self, thread_id: str, values: dict[str, Any]) -> CheckpointMeta:
+    async def get_history_async(
+        self, thread_id: str, limit: int | None = None, before: str | None = None
+    ) -> CheckpointHistory:
+        """:meth:`get_history`, awaiting the checkpointer."""
+        return CheckpointHistory(await self._checkpointer(thread_id).ahistory(thread_id, limit=limit, before=before))
+
+    def update_state(self, thread_id: str, values: dict[str, object]) -> CheckpointMeta:
         """
         A human edit of a thread's state: the values are written through their keys' handlers, all or nothing, and
         recorded as a checkpoint of its own (source ``"update"``). An interrupted run stays interrupted (and a crashed
-        run can still be continued) unless the edit answers its pending tool calls.
+        run can still be continued) unless the edit answers its pending tool calls. A thread a live run holds gets
+        ``ThreadBusyError`` (its run is never taken over).
 
         :param thread_id: The thread.
         :param values: key -> value.
         :returns: The new checkpoint's record.
         :raises ValueError: If the agent has no checkpointer.
         :raises ThreadNotFoundError: If the thread has no checkpoint (a thread starts with a run).
+        :raises ThreadBusyError: If a live run holds the thread.
         :raises StateTypeError: If a value does not fit its key (nothing is written).
         :raises UnknownStateKeyError: If a key is not in the schema (nothing is written).
         :raises ThreadConflictError: If a run committed to the thread meanwhile.
         """
         session = self._existing(thread_id)
+        session.guard_commits()
         state = session.load_state()
         state.update(values)
         return session.commit(state, "update", metadata=session.run_metadata())

@@ -13,7 +13,7 @@ from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.codec import decode, dumps, encode, loads
 from haystack_state.persistence.delta import Delta, Source, delete, extend, new_checkpoint_id, replace
 from haystack_state.persistence.memory import InMemoryCheckpointer
-from haystack_state.persistence.records import Checkpoint, CheckpointMeta, ThreadInfo
+from haystack_state.persistence.records import Checkpoint, CheckpointMeta, Lease, PruneResult, ThreadInfo
 from haystack_state.persistence.registry import register_type, registered_names
 from haystack_state.persistence.serde import checkpointer_from_dict
 from haystack_state.persistence.sqlite import SQLiteCheckpointer
@@ -27,6 +27,8 @@ __all__ = [
     "Checkpointer",
     "Delta",
     "InMemoryCheckpointer",
+    "Lease",
+    "PruneResult",
     "SQLiteCheckpointer",
     "Source",
     "ThreadInfo",

@@ -1,67 +1,81 @@
 """
-The abstract :class:`Checkpointer` that every storage backend implements, and the helpers the backends share.
-
-The record types (:class:`CheckpointMeta`, :class:`Checkpoint`, :class:`ThreadInfo`, :class:`StoredCheckpoint`) live
-in :mod:`haystack_state.persistence.records` and are re-exported here.
+The abstract :class:`Checkpointer` that every storage backend implements.
 
 A *thread* is a tree of checkpoints whose *head* is the latest one. Each checkpoint stores only its *delta* (the
-operations on the keys it changed, see :mod:`haystack_state.persistence.delta`), so what a commit writes does not
-grow with the thread. Reading a checkpoint walks its ancestors, folds their deltas into one (root first; see
-:func:`~haystack_state.persistence.delta.compose_deltas`) and decodes what survives, once. To keep reading the head
-of a long thread cheap, each checkpointer caches the materialized state of the last head it read or wrote per thread,
-decoded and frozen (see :mod:`haystack_state.persistence.cache`); a commit advances it by decoding only its own
-delta. A checkpoint never changes once written, so a cached state is valid for as long as its checkpoint exists, and
-a read only fetches the deltas between the cached checkpoint and the one asked for.
+operations on the keys it changed, see :mod:`haystack_state.persistence.delta`), and now and then a *snapshot* of the
+whole state (see :mod:`haystack_state.persistence.chain`), so what a commit writes stays flat on average and a read
+replays a bounded chain. Each checkpointer also caches the materialized state of the last head it read or wrote per
+thread, decoded and frozen (see :mod:`haystack_state.persistence.cache`); a commit advances it with its own delta.
 
-Backends implement a handful of storage primitives (the ``_read_*``, ``_insert``, ``_delete`` and ``_close``
-methods); everything else - encoding, validation, materialization, caching, error messages - lives here.
+The public API is written once, as *flows*: generators that yield typed operations
+(:mod:`haystack_state.persistence.ops`) and receive their results. ``commit``, ``get``, ... drive a flow with the
+backend's ``_execute(op)``; ``acommit``, ``aget``, ... with its ``_aexecute(op)``. Encoding, validation,
+materialization, caching, snapshots, retention, leases and error messages live here; a backend only executes
+operations. A driver's error is wrapped in :class:`~haystack_state.errors.CheckpointStorageError` naming the thread
+and the operation.
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
-import itertools
-from collections.abc import Callable, Mapping, Sequence
+import datetime as dt
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from haystack.core.errors import SerializationError
 
 from haystack_state.errors import (
     CheckpointError,
     CheckpointNotFoundError,
-    CodecError,
+    CheckpointStorageError,
+    HaystackStateError,
     ThreadConflictError,
     ThreadNotFoundError,
 )
-from haystack_state.persistence.cache import HeadCache, apply_frozen, freeze_delta, freeze_state, fresh_copy
-from haystack_state.persistence.codec import decode, encode, from_json, to_json
-from haystack_state.persistence.delta import (
-    SOURCES,
-    Delta,
-    ExtendError,
-    Source,
-    check_extends,
-    compose_deltas,
-    encode_delta,
-    new_checkpoint_id,
-    utc_now,
-    validate_delta,
+from haystack_state.persistence import ops
+from haystack_state.persistence.cache import HeadCache, fresh_copy
+from haystack_state.persistence.chain import (
+    check_chain,
+    compose_chain,
+    corrupt_error,
+    encoded_values,
+    needs_snapshot,
 )
-from haystack_state.persistence.records import ChainLink, Checkpoint, CheckpointMeta, StoredCheckpoint, ThreadInfo
+from haystack_state.persistence.codec import decode, encode, to_json
+from haystack_state.persistence.delta import Delta, ExtendError, Source, encode_delta, new_checkpoint_id
+from haystack_state.persistence.delta import utc_now as utc_now
+from haystack_state.persistence.leases import new_owner
+from haystack_state.persistence.ops import Flow
+from haystack_state.persistence.reading import StateReader
+from haystack_state.persistence.records import (
+    SOURCES,
+    ChainLink,
+    Checkpoint,
+    CheckpointMeta,
+    Lease,
+    PruneResult,
+    StoredCheckpoint,
+    ThreadInfo,
+    check_thread_id,
+    valid_checkpoint_id,
+)
+from haystack_state.persistence.retention import prune_flow, ttl_seconds
 
 __all__ = [
     "ChainLink",
     "Checkpoint",
     "CheckpointMeta",
     "Checkpointer",
+    "Flow",
     "StoredCheckpoint",
     "ThreadInfo",
     "check_commit",
     "conflict_error",
     "corrupt_error",
 ]
+
+T = TypeVar("T")
 
 
 def conflict_error(thread_id: str, expected_head: str | None, actual_head: str | None) -> ThreadConflictError:
@@ -81,17 +95,15 @@ def conflict_error(thread_id: str, expected_head: str | None, actual_head: str |
     return ThreadConflictError(f"{what}: another run committed first. Nothing was written; reload and retry.")
 
 
-def check_commit(
-    row: StoredCheckpoint, expected_head: str | None, actual_head: str | None, parent_exists: Callable[[], bool]
-) -> None:
+def check_commit(row: StoredCheckpoint, expected_head: str | None, actual_head: str | None, parent_exists: Any) -> None:
     """
     Check a commit against the thread as it is inside the backend's write transaction.
 
     :param row: The checkpoint to insert.
     :param expected_head: The head the caller expects.
     :param actual_head: The thread's head (None if the thread does not exist).
-    :param parent_exists: Tells whether ``row.parent_id`` is a checkpoint of the thread (called only for a fork: the
-        head exists by definition).
+    :param parent_exists: A callable telling whether ``row.parent_id`` is a checkpoint of the thread (called only for
+        a fork: the head exists by definition).
     :raises ThreadConflictError: If the head is not the expected one.
     :raises CheckpointNotFoundError: If the parent is not a checkpoint of the thread.
     :raises CheckpointError: If a checkpoint without parent is committed to an existing thread.
@@ -108,65 +120,40 @@ def check_commit(
         raise CheckpointNotFoundError(row.thread_id, row.parent_id)
 
 
-def corrupt_error(thread_id: str, checkpoint_id: str, error: Exception) -> CodecError:
+class Checkpointer(StateReader, abc.ABC):
     """
-    Build the error for stored data that cannot be read.
-
-    :param thread_id: The thread.
-    :param checkpoint_id: The checkpoint whose stored data is at fault.
-    :param error: What went wrong.
-    """
-    return CodecError(f"Thread '{thread_id}', checkpoint '{checkpoint_id}': stored data is unreadable: {error}")
-
-
-def _parse_delta(thread_id: str, link: ChainLink) -> dict[str, Any]:
-    try:
-        delta = from_json(link.delta)
-        validate_delta(delta)
-    except ValueError as error:  # CodecError is a ValueError too
-        raise corrupt_error(thread_id, link.checkpoint_id, error) from None
-    return dict(delta)
-
-
-def _parse_deltas(thread_id: str, chain: list[ChainLink]) -> list[tuple[str, dict[str, Any]]]:
-    """Parse and validate the deltas of a chain: as one JSON array (one parser call), or one by one to find a fault."""
-    try:
-        deltas = from_json("[" + ",".join(link.delta for link in chain) + "]")
-        if len(deltas) == len(chain):
-            for delta in deltas:
-                validate_delta(delta)
-            return [(link.checkpoint_id, delta) for link, delta in zip(chain, deltas, strict=True)]
-    except ValueError:
-        pass
-    return [(link.checkpoint_id, _parse_delta(thread_id, link)) for link in chain]
-
-
-def _decode_op_values(op: Mapping[str, Any], key: str) -> dict[str, Any]:
-    if op["op"] == "extend":
-        return {"op": "extend", "items": decode(op.get("items"), key=key)}
-    if op["op"] == "replace":
-        return {"op": "replace", "value": decode(op.get("value"), key=key)}
-    return {"op": "delete"}
-
-
-@dataclasses.dataclass(frozen=True)
-class _Materialized:
-    """A materialized state: frozen (maybe shared with the cache), or freshly decoded and owned by no one."""
-
-    frozen: dict[str, Any] | None
-    plain: dict[str, Any] | None
-
-
-class Checkpointer(abc.ABC):
-    """
-    Durable storage of state checkpoints, organized in threads. Thread-safe; usable as a context manager.
+    Durable storage of state checkpoints, organized in threads. Thread-safe; usable as a context manager (``with``
+    or ``async with``). Every method has an async twin (``acommit``, ``aget``, ...) that does not block the event loop.
 
     :param cache_size: How many threads' head states to keep materialized in memory, decoded (0 disables the cache).
+    :param lease_ttl: How long a run's lease on a thread lasts, in seconds, unless renewed (a run renews it every
+        third of that while it works, from a background thread). A run that crashed is taken over this long after
+        its last renewal.
+    :param thread_ttl: The time to live of new threads, in seconds (None: threads never expire); see :meth:`set_ttl`.
+    :param snapshot_min_bytes: The smallest chain of deltas (in bytes) worth a snapshot.
+    :param snapshot_ratio: A commit stores a snapshot of the whole state when the deltas since the last snapshot add
+        up to more than this many times that snapshot's size.
     """
 
-    def __init__(self, *, cache_size: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        cache_size: int = 64,
+        lease_ttl: float = 30.0,
+        thread_ttl: float | None = None,
+        snapshot_min_bytes: int = 64 * 1024,
+        snapshot_ratio: float = 1.0,
+    ) -> None:
+        if not lease_ttl > 0:
+            raise ValueError(f"lease_ttl must be a positive number of seconds, got {lease_ttl!r}.")
+        if snapshot_min_bytes < 0 or not snapshot_ratio > 0:
+            raise ValueError("snapshot_min_bytes must be at least 0 and snapshot_ratio positive.")
         self._cache = HeadCache(cache_size)
         self._closed = False
+        self.lease_ttl = float(lease_ttl)
+        self.thread_ttl = ttl_seconds(thread_ttl)
+        self._snapshot_min_bytes = snapshot_min_bytes
+        self._snapshot_ratio = snapshot_ratio
 
     # --- public API -------------------------------------------------------------------------------------------
 
@@ -181,6 +168,8 @@ class Checkpointer(abc.ABC):
         source: Source,
         tool_names: Sequence[str] = (),
         metadata: dict[str, Any] | None = None,
+        lease: Lease | None = None,
+        frozen: bool = False,
     ) -> CheckpointMeta:
         """
         Write a checkpoint atomically: all of it, or (on any error) nothing.
@@ -196,101 +185,228 @@ class Checkpointer(abc.ABC):
         :param source: ``"input"``, ``"model"``, ``"tools"`` or ``"update"``.
         :param tool_names: The tools whose results this checkpoint records.
         :param metadata: Free-form metadata; any value the codec can encode.
+        :param lease: The caller's lease on the thread: the commit is refused if another owner took the thread.
+        :param frozen: The delta's values are a ``State``'s read-only values (``State.peek_changes()``), which nothing
+            changes: the head cache adopts them instead of decoding copies (each value is held once).
         :returns: The new checkpoint's record.
         :raises ThreadConflictError: If the thread's head is not ``expected_head``.
+        :raises ThreadBusyError: If ``lease`` is given and another owner holds a live lease on the thread.
         :raises CheckpointNotFoundError: If ``parent_id`` is not a checkpoint of the thread.
         :raises CodecError: If a value cannot be encoded (the message names the state key).
-        :raises ValueError: If the delta, source, step or tool names are malformed.
+        :raises CheckpointStorageError: If the storage fails (nothing is written).
+        :raises ValueError: If the thread id, delta, source, step or tool names are malformed.
         """
-        self._check_open()
-        _check_commit_args(thread_id, step, source, tool_names, metadata)
-        encoded = encode_delta(delta)
-        encoded_metadata = encode(dict(metadata or {}), where="metadata")
-        metadata_text = to_json(encoded_metadata)
-        row = StoredCheckpoint(
-            thread_id=thread_id,
-            checkpoint_id=new_checkpoint_id(),
-            parent_id=parent_id,
-            step=step,
-            source=source,
-            tool_names=tuple(tool_names),
-            created_at=utc_now(),
-            changed_keys=tuple(encoded),
-            metadata=metadata_text,
-            delta=to_json(encoded),
+        flow = self._commit_flow(
+            thread_id, parent_id, expected_head, delta, step, source, tool_names, metadata, lease, frozen
         )
-        self._insert(row, expected_head)
-        self._advance_cache(row, encoded)
-        return self._meta(row, decode(encoded_metadata, where="metadata") if encoded_metadata else {})
+        return self._drive(flow)
+
+    async def acommit(
+        self,
+        thread_id: str,
+        *,
+        parent_id: str | None,
+        expected_head: str | None,
+        delta: Delta,
+        step: int,
+        source: Source,
+        tool_names: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+        lease: Lease | None = None,
+        frozen: bool = False,
+    ) -> CheckpointMeta:
+        """:meth:`commit`, awaiting the storage instead of blocking on it."""
+        flow = self._commit_flow(
+            thread_id, parent_id, expected_head, delta, step, source, tool_names, metadata, lease, frozen
+        )
+        return await self._adrive(flow)
 
     def get(self, thread_id: str, checkpoint_id: str | None = None, *, read_only: bool = False) -> Checkpoint:
         """
         Read a checkpoint with its full state.
 
         By default the values are the caller's own: plain, fully mutable containers and objects that share nothing
-        with the checkpointer. Reading the cached head of a long thread then costs one copy of its values (much less
-        than decoding them). With ``read_only=True`` the values may be shared with the checkpointer's cache and cost
+        with the checkpointer. With ``read_only=True`` the values may be shared with the checkpointer's cache and cost
         nothing to hand out: lists and dicts inside are read-only (``FrozenList``/``FrozenDict``; changing them
-        raises ``TypeError``), and objects such as ``ChatMessage`` must not be changed in place (haystack warns when
-        one is). That suits a caller that copies or freezes what it reads, such as a ``State``.
+        raises ``TypeError``), and objects such as ``ChatMessage`` must not be changed in place. That suits a caller
+        that copies or freezes what it reads, such as a ``State``.
 
         :param thread_id: The thread.
         :param checkpoint_id: The checkpoint; None for the thread's head.
         :param read_only: Hand out the values without copying them; the caller must not modify them.
         :returns: The checkpoint, with its materialized and decoded values.
-        :raises ThreadNotFoundError: If the thread does not exist.
+        :raises ThreadNotFoundError: If the thread does not exist (or its TTL expired).
         :raises CheckpointNotFoundError: If the checkpoint is not in the thread.
-        :raises CodecError: If stored data is corrupt (the message names the thread and checkpoint).
+        :raises CheckpointError: If stored data is corrupt (the message names the thread, checkpoint and field).
         """
-        self._check_open()
-        row = self._read_meta(thread_id, checkpoint_id)
-        state = self._materialize(row, cache=checkpoint_id is None, read_only=read_only)
-        if state.plain is not None:
-            values = state.plain
-        elif read_only:
-            values = dict(state.frozen or {})
-        else:
-            values = {key: fresh_copy(value) for key, value in (state.frozen or {}).items()}
-        return Checkpoint(meta=self._meta(row), values=values)
+        return self._drive(self._get_flow(thread_id, checkpoint_id, read_only))
+
+    async def aget(self, thread_id: str, checkpoint_id: str | None = None, *, read_only: bool = False) -> Checkpoint:
+        """:meth:`get`, awaiting the storage."""
+        return await self._adrive(self._get_flow(thread_id, checkpoint_id, read_only))
 
     def head(self, thread_id: str) -> str | None:
         """
-        Return the id of the thread's head, or None if the thread does not exist.
+        Return the id of the thread's head, or None if the thread does not exist (or its TTL expired).
 
         :param thread_id: The thread.
         """
-        self._check_open()
-        return self._read_head(thread_id)
+        head: str | None = self._drive(self._one(ops.ReadHead(check_thread_id(thread_id), utc_now())))
+        return head
 
-    def history(self, thread_id: str) -> list[CheckpointMeta]:
+    async def ahead(self, thread_id: str) -> str | None:
+        """:meth:`head`, awaiting the storage."""
+        return await self._adrive(self._one(ops.ReadHead(check_thread_id(thread_id), utc_now())))
+
+    def history(self, thread_id: str, limit: int | None = None, before: str | None = None) -> list[CheckpointMeta]:
         """
-        Return the records of all checkpoints of the thread (every branch), newest first.
+        Return the records of the thread's checkpoints (every branch), newest first, a page at a time.
 
         :param thread_id: The thread.
+        :param limit: At most this many records (None: all).
+        :param before: Only the checkpoints committed before this one (the last id of the previous page).
         :raises ThreadNotFoundError: If the thread does not exist.
+        :raises CheckpointNotFoundError: If ``before`` is not a checkpoint of the thread.
         """
-        self._check_open()
-        rows = self._read_history(thread_id)
-        if not rows:
-            raise ThreadNotFoundError(thread_id)
-        return [self._meta(row) for row in rows]
+        return self._drive(self._history_flow(thread_id, limit, before))
+
+    async def ahistory(
+        self, thread_id: str, limit: int | None = None, before: str | None = None
+    ) -> list[CheckpointMeta]:
+        """:meth:`history`, awaiting the storage."""
+        return await self._adrive(self._history_flow(thread_id, limit, before))
 
     def list_threads(self) -> list[ThreadInfo]:
-        """Return a summary of every thread, the most recently updated first."""
-        self._check_open()
-        return self._read_threads()
+        """Return a summary of every thread, the most recently updated first (expired threads left out)."""
+        return self._drive(self._one(ops.ReadThreads(utc_now())))
+
+    async def alist_threads(self) -> list[ThreadInfo]:
+        """:meth:`list_threads`, awaiting the storage."""
+        return await self._adrive(self._one(ops.ReadThreads(utc_now())))
 
     def delete_thread(self, thread_id: str) -> None:
         """
-        Delete a thread and all its checkpoints.
+        Delete a thread, all its checkpoints and its lease.
 
         :param thread_id: The thread.
         :raises ThreadNotFoundError: If the thread does not exist.
         """
-        self._check_open()
-        self._cache.drop(thread_id)
-        if not self._delete(thread_id):
-            raise ThreadNotFoundError(thread_id)
+        self._drive(self._delete_flow(thread_id))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`delete_thread`, awaiting the storage."""
+        await self._adrive(self._delete_flow(thread_id))
+
+    def prune(
+        self,
+        thread_id: str | None = None,
+        keep_last: int | None = None,
+        older_than: float | dt.timedelta | None = None,
+    ) -> PruneResult:
+        """
+        Reclaim storage: delete the threads whose TTL expired, and remove old checkpoints.
+
+        In each thread (``thread_id``, or every thread), a checkpoint is removed when it is neither among the newest
+        ``keep_last`` nor newer than ``older_than``; with neither given, only expired threads are deleted. Never
+        removed: the head, an interrupted checkpoint (waiting for ``Agent.resume``), and what a kept checkpoint needs
+        to be read (a kept checkpoint whose parent is removed gets a snapshot of its state first, so every kept
+        checkpoint reads exactly as before). A thread a live run holds is skipped. The space is reused by later
+        writes; to give it back to the file system, see the README (SQLite ``VACUUM``, PostgreSQL autovacuum).
+
+        :param thread_id: The thread to prune; all threads if None.
+        :param keep_last: Keep the newest this many checkpoints of each thread.
+        :param older_than: Keep the checkpoints younger than this (seconds, or a ``timedelta``).
+        :returns: What was removed.
+        :raises ValueError: For a ``keep_last`` below 1, or a negative ``older_than``.
+        """
+        return self._drive(prune_flow(self, thread_id, keep_last, older_than))
+
+    async def aprune(
+        self,
+        thread_id: str | None = None,
+        keep_last: int | None = None,
+        older_than: float | dt.timedelta | None = None,
+    ) -> PruneResult:
+        """:meth:`prune`, awaiting the storage."""
+        return await self._adrive(prune_flow(self, thread_id, keep_last, older_than))
+
+    def set_ttl(self, thread_id: str, ttl: float | dt.timedelta | None) -> None:
+        """
+        Give a thread a time to live (or none, with None). A thread expires ``ttl`` after its last commit: from then
+        on it is invisible (reads raise ``ThreadNotFoundError``, ``head`` is None, ``list_threads`` leaves it out,
+        a new run starts it afresh) and :meth:`prune` deletes it.
+
+        :param thread_id: The thread.
+        :param ttl: Seconds, or a ``timedelta``; None removes the TTL.
+        :raises ThreadNotFoundError: If the thread does not exist.
+        """
+        self._drive(self._ttl_flow(thread_id, ttl))
+
+    async def aset_ttl(self, thread_id: str, ttl: float | dt.timedelta | None) -> None:
+        """:meth:`set_ttl`, awaiting the storage."""
+        await self._adrive(self._ttl_flow(thread_id, ttl))
+
+    # --- leases ----------------------------------------------------------------------------------------------
+
+    def acquire_lease(self, thread_id: str, owner: str | None = None, ttl: float | None = None) -> Lease:
+        """
+        Take a thread's lease: while it is live, no other run starts on the thread (it gets ``ThreadBusyError``) and
+        no other lease holder commits to it. Taking a lease whose holder stopped renewing it (a crash) succeeds once
+        it has expired. Re-acquiring one's own lease renews it.
+
+        :param thread_id: The thread (it need not exist yet).
+        :param owner: Who takes it; a new unique owner id if None.
+        :param ttl: Its length in seconds; the checkpointer's ``lease_ttl`` if None.
+        :returns: The lease.
+        :raises ThreadBusyError: If another owner holds a live lease (naming it and when that lease expires).
+        """
+        return self._drive(self._acquire_flow(thread_id, owner, ttl))
+
+    async def aacquire_lease(self, thread_id: str, owner: str | None = None, ttl: float | None = None) -> Lease:
+        """:meth:`acquire_lease`, awaiting the storage."""
+        return await self._adrive(self._acquire_flow(thread_id, owner, ttl))
+
+    def renew_lease(self, lease: Lease, ttl: float | None = None) -> Lease:
+        """
+        Extend a lease from now.
+
+        :param lease: The lease.
+        :param ttl: Its new length in seconds; the checkpointer's ``lease_ttl`` if None.
+        :returns: The renewed lease.
+        :raises ThreadBusyError: If the lease was lost (it expired and another owner took the thread).
+        """
+        return self._drive(self._renew_flow(lease, ttl))
+
+    async def arenew_lease(self, lease: Lease, ttl: float | None = None) -> Lease:
+        """:meth:`renew_lease`, awaiting the storage."""
+        return await self._adrive(self._renew_flow(lease, ttl))
+
+    def release_lease(self, lease: Lease) -> bool:
+        """
+        Give a lease up, so another run may start on the thread at once.
+
+        :param lease: The lease.
+        :returns: Whether it was still held.
+        """
+        return bool(self._drive(self._one(ops.ReleaseLease(lease.thread_id, lease.owner))))
+
+    async def arelease_lease(self, lease: Lease) -> bool:
+        """:meth:`release_lease`, awaiting the storage."""
+        return bool(await self._adrive(self._one(ops.ReleaseLease(lease.thread_id, lease.owner))))
+
+    def read_lease(self, thread_id: str) -> Lease | None:
+        """
+        The thread's live lease, or None if no run holds it.
+
+        :param thread_id: The thread.
+        """
+        return self._drive(self._read_lease_flow(thread_id))
+
+    async def aread_lease(self, thread_id: str) -> Lease | None:
+        """:meth:`read_lease`, awaiting the storage."""
+        return await self._adrive(self._read_lease_flow(thread_id))
+
+    # --- settings and lifetime -------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         """
@@ -311,6 +427,15 @@ class Checkpointer(abc.ABC):
         """
         raise SerializationError(f"{type(self).__name__} cannot be serialized.")
 
+    def _common_parameters(self) -> dict[str, Any]:
+        """The settings of this base class that differ from their defaults, for :meth:`init_parameters`."""
+        params: dict[str, Any] = {}
+        if self.lease_ttl != 30.0:
+            params["lease_ttl"] = self.lease_ttl
+        if self.thread_ttl is not None:
+            params["thread_ttl"] = self.thread_ttl
+        return params
+
     def close(self) -> None:
         """Release the backend's resources. Idempotent; the checkpointer cannot be used afterwards."""
         if self._closed:
@@ -318,6 +443,13 @@ class Checkpointer(abc.ABC):
         self._closed = True
         self._cache.clear()
         self._close()
+
+    async def aclose(self) -> None:
+        """Release the backend's resources, awaiting its async connections. Idempotent."""
+        if self._closed:
+            return
+        await self._aclose()
+        self.close()
 
     def __enter__(self) -> Self:
         return self
@@ -327,183 +459,231 @@ class Checkpointer(abc.ABC):
     ) -> None:
         self.close()
 
-    # --- storage primitives, implemented by the backends --------------------------------------------------------
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    # --- the pair of methods a backend implements ---------------------------------------------------------------
 
     @abc.abstractmethod
-    def _insert(self, row: StoredCheckpoint, expected_head: str | None) -> None:
-        """Atomically check the commit with :func:`check_commit`, insert the row and make it the head."""
+    def _execute(self, op: ops.Op) -> Any:
+        """Execute one operation (one transaction) and return its result (see :mod:`~.ops`)."""
 
-    @abc.abstractmethod
-    def _read_head(self, thread_id: str) -> str | None:
-        """Return the thread's head id, or None."""
-
-    @abc.abstractmethod
-    def _read_meta(self, thread_id: str, checkpoint_id: str | None) -> StoredCheckpoint:
-        """Return a checkpoint's row (the head's if None), delta optional; raise Thread/CheckpointNotFoundError."""
-
-    @abc.abstractmethod
-    def _read_chain(self, thread_id: str, checkpoint_id: str, stop_at: str | None) -> list[ChainLink]:
-        """Return the links from the checkpoint back to the root, or to ``stop_at`` (excluded), oldest first."""
-
-    @abc.abstractmethod
-    def _read_history(self, thread_id: str) -> list[StoredCheckpoint]:
-        """Return the thread's rows (delta optional) newest first; empty if the thread does not exist."""
-
-    @abc.abstractmethod
-    def _read_threads(self) -> list[ThreadInfo]:
-        """Return the summaries of all threads, the most recently updated first."""
-
-    @abc.abstractmethod
-    def _delete(self, thread_id: str) -> bool:
-        """Delete the thread; return whether it existed."""
+    async def _aexecute(self, op: ops.Op) -> Any:
+        """Execute one operation without blocking the event loop; backends with I/O override this."""
+        return self._execute(op)
 
     @abc.abstractmethod
     def _close(self) -> None:
         """Release resources."""
 
-    # --- shared machinery ---------------------------------------------------------------------------------------
+    async def _aclose(self) -> None:
+        """Release async resources (the event loop's connections); called by :meth:`aclose` before :meth:`close`."""
+
+    # --- driving flows ------------------------------------------------------------------------------------------
+
+    def _drive(self, flow: Flow[T]) -> T:
+        self._check_open()
+        result: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                op = flow.throw(error) if error is not None else flow.send(result)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            try:
+                result, error = self._execute(op), None
+            except HaystackStateError as exc:
+                result, error = None, exc
+            except Exception as exc:
+                result, error = None, self._storage_error(op, exc)
+
+    async def _adrive(self, flow: Flow[T]) -> T:
+        self._check_open()
+        result: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                op = flow.throw(error) if error is not None else flow.send(result)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            try:
+                result, error = await self._aexecute(op), None
+            except HaystackStateError as exc:
+                result, error = None, exc
+            except Exception as exc:
+                result, error = None, self._storage_error(op, exc)
+
+    def _storage_error(self, op: ops.Op, exc: Exception) -> CheckpointStorageError:
+        error = CheckpointStorageError(
+            f"{type(self).__name__}: {ops.describe(op)} failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
+        )
+        error.__cause__ = exc
+        return error
+
+    @staticmethod
+    def _one(op: ops.Op) -> Flow[Any]:
+        result = yield op
+        return result
 
     def _check_open(self) -> None:
         if self._closed:
             raise CheckpointError(f"{type(self).__name__} is closed.")
 
-    def _meta(self, row: StoredCheckpoint, metadata: dict[str, Any] | None = None) -> CheckpointMeta:
-        """Build a row's record, decoding its metadata unless given (decoded already)."""
-        if metadata is None:
-            try:
-                metadata = {} if row.metadata == "{}" else decode(from_json(row.metadata), where="metadata")
-            except CodecError as error:
-                raise corrupt_error(row.thread_id, row.checkpoint_id, error) from None
-            if not isinstance(metadata, dict):
-                raise corrupt_error(row.thread_id, row.checkpoint_id, CodecError("metadata is not a mapping"))
-        return CheckpointMeta(
-            thread_id=row.thread_id,
-            checkpoint_id=row.checkpoint_id,
-            parent_id=row.parent_id,
-            step=row.step,
-            source=row.source,
-            tool_names=row.tool_names,
-            created_at=row.created_at,
-            changed_keys=row.changed_keys,
-            metadata=metadata,
-        )
+    # --- flows --------------------------------------------------------------------------------------------------
 
-    def _materialize(self, row: StoredCheckpoint, *, cache: bool, read_only: bool) -> _Materialized:
-        """
-        Build the state at ``row``: from the cached state if the row is the cached checkpoint or descends from it
-        (decoding only the deltas since), otherwise from the root (decoding only the values that survive).
-
-        :param row: The checkpoint.
-        :param cache: Whether to cache the result as the thread's head state.
-        :param read_only: Whether the caller takes a frozen state (then a state decoded from the root is frozen in
-            place and shared with the cache, rather than copied for it).
-        """
-        thread_id, checkpoint_id = row.thread_id, row.checkpoint_id
-        cached = self._cache.get(thread_id)
-        if cached is not None and cached[0] == checkpoint_id:
-            return _Materialized(frozen=cached[1], plain=None)
-        stop_at = cached[0] if cached is not None else None
-        chain = self._read_chain(thread_id, checkpoint_id, stop_at)
-        _check_chain(thread_id, checkpoint_id, stop_at, chain)
-        if cached is not None and chain[0].parent_id == stop_at:
-            try:
-                composed, origins = compose_deltas(_parse_deltas(thread_id, chain))
-                check_extends(cached[1], origins)
-                frozen = apply_frozen(cached[1], self._decode_delta(row, composed))
-            except ExtendError:
-                # A delta extends a value that is not a list; the walk from the root names the checkpoint exactly
-                # (which one fails first depends on the state before it).
-                chain = self._read_chain(thread_id, checkpoint_id, None)
-                _check_chain(thread_id, checkpoint_id, None, chain)
-            else:
-                if cache:
-                    self._cache.put(thread_id, checkpoint_id, frozen)
-                return _Materialized(frozen=frozen, plain=None)
-        try:
-            # From the root, the state before the first delta is empty: composing finds the first broken extend.
-            composed, _ = compose_deltas(_parse_deltas(thread_id, chain))
-        except ExtendError as error:
-            raise _extend_error(thread_id, error, error.checkpoint_id or checkpoint_id) from None
-        encoded = {
-            key: op["items"] if op["op"] == "extend" else op["value"]
-            for key, op in composed.items()
-            if op["op"] != "delete"
-        }
-        plain = self._decode_state(row, encoded)
-        if cache and self._cache.size > 0:
-            try:
-                frozen = freeze_state(plain, owned=read_only)
-            except Exception:  # the cache is an optimization: a value it cannot freeze is simply not cached
-                self._cache.drop(thread_id)
-                return _Materialized(frozen=None, plain=self._decode_state(row, encoded) if read_only else plain)
-            self._cache.put(thread_id, checkpoint_id, frozen)
-            if read_only:
-                return _Materialized(frozen=frozen, plain=None)
-        return _Materialized(frozen=None, plain=plain)
-
-    def _decode_delta(self, row: StoredCheckpoint, delta: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-        try:
-            return {key: _decode_op_values(op, key) for key, op in delta.items()}
-        except CodecError as error:
-            culprit = self._find_unreadable(row, error)
-            raise corrupt_error(row.thread_id, culprit, error) from None
-
-    def _decode_state(self, row: StoredCheckpoint, state: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return {key: decode(value, key=key) for key, value in state.items()}
-        except CodecError as error:
-            culprit = self._find_unreadable(row, error)
-            raise corrupt_error(row.thread_id, culprit, error) from None
-
-    def _find_unreadable(self, row: StoredCheckpoint, error: CodecError) -> str:
-        """Find the checkpoint whose delta holds the value that failed to decode (slow path, errors only)."""
-        for link in self._read_chain(row.thread_id, row.checkpoint_id, None):
-            for key, op in _parse_delta(row.thread_id, link).items():
+    def _commit_flow(
+        self,
+        thread_id: str,
+        parent_id: str | None,
+        expected_head: str | None,
+        delta: Delta,
+        step: int,
+        source: Source,
+        tool_names: Sequence[str],
+        metadata: dict[str, Any] | None,
+        lease: Lease | None,
+        frozen: bool = False,
+    ) -> Flow[CheckpointMeta]:
+        _check_commit_args(thread_id, step, source, tool_names, metadata)
+        if parent_id is not None and not valid_checkpoint_id(parent_id):
+            raise CheckpointNotFoundError(thread_id, repr(parent_id))
+        encoded = encode_delta(delta)
+        encoded_metadata = encode(dict(metadata or {}), where="metadata")
+        delta_text = to_json(encoded)
+        chain_bytes, base_bytes = len(delta_text), 0
+        if parent_id is not None:
+            info = self._cache.chain_info(thread_id, parent_id)
+            if info is None:
                 try:
-                    _decode_op_values(op, key)
-                except CodecError:
-                    return link.checkpoint_id
-        return row.checkpoint_id
+                    parent: StoredCheckpoint = yield ops.ReadMeta(thread_id, parent_id, utc_now())
+                    info = (parent.chain_bytes, parent.base_bytes)
+                except (ThreadNotFoundError, CheckpointNotFoundError):
+                    info = (0, -1)  # the insert reports what is wrong (a conflict, a missing parent)
+            chain_bytes, base_bytes = info[0] + len(delta_text), info[1]
+        snapshot = None
+        if (
+            parent_id is not None
+            and base_bytes >= 0
+            and needs_snapshot(chain_bytes, base_bytes, min_bytes=self._snapshot_min_bytes, ratio=self._snapshot_ratio)
+        ):
+            chain = yield ops.ReadChain(thread_id, parent_id, None)
+            check_chain(thread_id, parent_id, None, chain)
+            try:
+                composed, _ = compose_chain(
+                    thread_id, chain, from_snapshot=chain[0].snapshot is not None, extra=encoded
+                )
+            except ExtendError:
+                composed = None  # a corrupt chain: no snapshot now; reading the checkpoint reports it
+            if composed is not None:
+                snapshot = to_json(encoded_values(composed))
+                chain_bytes, base_bytes = 0, len(snapshot)
+        now = utc_now()
+        row = StoredCheckpoint(
+            thread_id=thread_id,
+            checkpoint_id=new_checkpoint_id(),
+            parent_id=parent_id,
+            step=step,
+            source=source,
+            tool_names=tuple(tool_names),
+            created_at=now,
+            changed_keys=tuple(encoded),
+            metadata=to_json(encoded_metadata),
+            delta=delta_text,
+            snapshot=snapshot,
+            chain_bytes=chain_bytes,
+            base_bytes=max(base_bytes, 0),
+        )
+        yield ops.Insert(row, expected_head, lease.owner if lease is not None else None, now, self.thread_ttl)
+        self._advance_cache(row, encoded, delta if frozen else None)
+        return self._meta(row, decode(encoded_metadata, where="metadata") if encoded_metadata else {})
 
-    def _advance_cache(self, row: StoredCheckpoint, encoded: Mapping[str, Mapping[str, Any]]) -> None:
-        """After a commit, move the cached state to the new head, decoding and freezing only its delta."""
-        if self._cache.size <= 0:
-            return
-        try:
-            delta = freeze_delta({key: _decode_op_values(op, key) for key, op in encoded.items()})
-        except Exception:  # the commit is written: a delta the cache cannot take only costs the cache entry
-            self._cache.drop(row.thread_id)
-            return
-        self._cache.advance(row.thread_id, row.parent_id, row.checkpoint_id, delta)
+    def _get_flow(self, thread_id: str, checkpoint_id: str | None, read_only: bool) -> Flow[Checkpoint]:
+        check_thread_id(thread_id)
+        if checkpoint_id is not None and not valid_checkpoint_id(checkpoint_id):
+            raise CheckpointNotFoundError(thread_id, repr(checkpoint_id))
+        row: StoredCheckpoint = yield ops.ReadMeta(thread_id, checkpoint_id, utc_now())
+        state = yield from self._materialize(row, cache=checkpoint_id is None, read_only=read_only)
+        if state.plain is not None:
+            values = state.plain
+        elif read_only:
+            values = dict(state.frozen or {})
+        else:
+            values = {key: fresh_copy(value) for key, value in (state.frozen or {}).items()}
+        return Checkpoint(meta=self._meta(row), values=values)
 
+    def _history_flow(self, thread_id: str, limit: int | None, before: str | None) -> Flow[list[CheckpointMeta]]:
+        check_thread_id(thread_id)
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise ValueError(f"history: limit must be a positive int or None, got {limit!r}.")
+        if before is not None and not valid_checkpoint_id(before):
+            raise CheckpointNotFoundError(thread_id, repr(before))
+        rows: list[StoredCheckpoint] = yield ops.ReadHistory(thread_id, limit, before, utc_now())
+        return [self._meta(row) for row in rows]
 
-def _extend_error(thread_id: str, error: ExtendError, checkpoint_id: str) -> CheckpointError:
-    return CheckpointError(f"Thread '{thread_id}', checkpoint '{checkpoint_id}': {error}.")
+    def _delete_flow(self, thread_id: str) -> Flow[None]:
+        check_thread_id(thread_id)
+        self._cache.drop(thread_id)
+        existed = yield ops.DeleteThread(thread_id, utc_now())
+        self._cache.drop(thread_id)
+        if not existed:
+            raise ThreadNotFoundError(thread_id)
+
+    def _ttl_flow(self, thread_id: str, ttl: float | dt.timedelta | None) -> Flow[None]:
+        check_thread_id(thread_id)
+        exists = yield ops.SetTTL(thread_id, ttl_seconds(ttl), utc_now())
+        if not exists:
+            raise ThreadNotFoundError(thread_id)
+
+    def _acquire_flow(self, thread_id: str, owner: str | None, ttl: float | None) -> Flow[Lease]:
+        from haystack_state.persistence.leases import busy_error
+
+        check_thread_id(thread_id)
+        owner = owner or new_owner()
+        now = utc_now()
+        expires = now + dt.timedelta(seconds=self._lease_seconds(ttl))
+        holder = yield ops.AcquireLease(thread_id, owner, now, expires)
+        if holder is not None:
+            raise busy_error(thread_id, holder[0], holder[1])
+        return Lease(thread_id, owner, expires)
+
+    def _renew_flow(self, lease: Lease, ttl: float | None) -> Flow[Lease]:
+        from haystack_state.persistence.leases import lost_error
+
+        now = utc_now()
+        expires = now + dt.timedelta(seconds=self._lease_seconds(ttl))
+        held = yield ops.RenewLease(lease.thread_id, lease.owner, now, expires)
+        if not held:
+            raise lost_error(lease)
+        return Lease(lease.thread_id, lease.owner, expires)
+
+    def _read_lease_flow(self, thread_id: str) -> Flow[Lease | None]:
+        check_thread_id(thread_id)
+        found = yield ops.ReadLease(thread_id)
+        if found is None or found[1] <= utc_now():
+            return None
+        return Lease(thread_id, found[0], found[1])
+
+    def _lease_seconds(self, ttl: float | None) -> float:
+        seconds = self.lease_ttl if ttl is None else ttl
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds > 0:
+            raise ValueError(f"A lease's ttl must be a positive number of seconds, got {ttl!r}.")
+        return float(seconds)
 
 
 def _check_commit_args(
     thread_id: Any, step: Any, source: Any, tool_names: Any, metadata: dict[str, Any] | None
 ) -> None:
-    if not isinstance(thread_id, str) or not thread_id:
-        raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}.")
-    if not isinstance(step, int) or isinstance(step, bool):
-        raise ValueError(f"step must be an int, got {step!r}.")
+    check_thread_id(thread_id)
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"step must be an int of at least 0, got {step!r}.")
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}.")
     if isinstance(tool_names, str) or not all(isinstance(name, str) for name in tool_names):
         raise ValueError(f"tool_names must be a sequence of strings, got {tool_names!r}.")
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}.")
-
-
-def _check_chain(thread_id: str, checkpoint_id: str, stop_at: str | None, chain: list[ChainLink]) -> None:
-    if not chain:
-        raise CheckpointNotFoundError(thread_id, checkpoint_id)
-    if chain[-1].checkpoint_id != checkpoint_id or chain[0].parent_id not in (None, stop_at):
-        raise CheckpointError(f"Thread '{thread_id}', checkpoint '{checkpoint_id}': its chain of parents is broken.")
-    for parent, child in itertools.pairwise(chain):
-        if child.parent_id != parent.checkpoint_id:
-            raise CheckpointError(
-                f"Thread '{thread_id}', checkpoint '{child.checkpoint_id}': its parent "
-                f"'{child.parent_id}' is missing from the stored chain."
-            )

@@ -34,6 +34,7 @@ from typing import Any
 from haystack_state.persistence.delta import ExtendError, check_extends, compose_deltas
 from haystack_state.values import (
     FrozenDict,
+    FrozenDictWithObjects,
     FrozenList,
     FrozenListWithObjects,
     freeze,
@@ -71,6 +72,7 @@ class _Entry:
     checkpoint_id: str  # the checkpoint the entry materializes
     base: dict[str, Any]  # a frozen state
     tail: Tail = ()  # frozen deltas (decoded values) that lead from ``base`` to the checkpoint, oldest first
+    chain: tuple[int, int] | None = None  # the checkpoint's (chain_bytes, base_bytes), for the next commit
 
 
 class HeadCache:
@@ -106,24 +108,46 @@ class HeadCache:
         except ExtendError:
             self._replace(thread_id, entry, None)
             return None
-        self._replace(thread_id, entry, _Entry(entry.checkpoint_id, state))
+        self._replace(thread_id, entry, _Entry(entry.checkpoint_id, state, (), entry.chain))
         return entry.checkpoint_id, state
 
-    def put(self, thread_id: str, checkpoint_id: str, state: dict[str, Any]) -> None:
+    def chain_info(self, thread_id: str, checkpoint_id: str) -> tuple[int, int] | None:
+        """
+        The ``(chain_bytes, base_bytes)`` of the cached checkpoint, if it is ``checkpoint_id`` (so a commit on top of
+        it needs no read to decide on a snapshot).
+
+        :param thread_id: The thread.
+        :param checkpoint_id: The checkpoint.
+        """
+        with self._lock:
+            entry = self._entries.get(thread_id)
+        if entry is None or entry.checkpoint_id != checkpoint_id:
+            return None
+        return entry.chain
+
+    def put(
+        self, thread_id: str, checkpoint_id: str, state: dict[str, Any], chain: tuple[int, int] | None = None
+    ) -> None:
         """
         Cache a thread's state (frozen, and never modified afterwards).
 
         :param thread_id: The thread.
         :param checkpoint_id: The checkpoint the state belongs to.
         :param state: The frozen state.
+        :param chain: The checkpoint's ``(chain_bytes, base_bytes)``.
         """
         if self.size <= 0:
             return
         with self._lock:
-            self._store(thread_id, _Entry(checkpoint_id, state))
+            self._store(thread_id, _Entry(checkpoint_id, state, (), chain))
 
     def advance(
-        self, thread_id: str, parent_id: str | None, checkpoint_id: str, delta: Mapping[str, Mapping[str, Any]]
+        self,
+        thread_id: str,
+        parent_id: str | None,
+        checkpoint_id: str,
+        delta: Mapping[str, Mapping[str, Any]],
+        chain: tuple[int, int] | None = None,
     ) -> None:
         """
         Record a commit: if the cached checkpoint is the commit's parent (or the commit starts the thread), the entry
@@ -133,15 +157,16 @@ class HeadCache:
         :param parent_id: The commit's parent.
         :param checkpoint_id: The new checkpoint.
         :param delta: Its delta, decoded and frozen (see :func:`freeze_delta`).
+        :param chain: The new checkpoint's ``(chain_bytes, base_bytes)``.
         """
         if self.size <= 0:
             return
         with self._lock:
             entry = self._entries.get(thread_id)
             if parent_id is None:
-                new = _Entry(checkpoint_id, {}, (delta,))
+                new = _Entry(checkpoint_id, {}, (delta,), chain)
             elif entry is not None and entry.checkpoint_id == parent_id:
-                new = _Entry(checkpoint_id, entry.base, (*entry.tail, delta))
+                new = _Entry(checkpoint_id, entry.base, (*entry.tail, delta), chain)
             else:
                 return
             self._store(thread_id, new)
@@ -151,7 +176,7 @@ class HeadCache:
             except ExtendError:
                 self._replace(thread_id, new, None)
             else:
-                self._replace(thread_id, new, _Entry(checkpoint_id, state))
+                self._replace(thread_id, new, _Entry(checkpoint_id, state, (), chain))
 
     def drop(self, thread_id: str) -> None:
         """
@@ -327,6 +352,9 @@ _IMMUTABLE = (
     type,
 )
 _COPIERS: dict[type, Callable[[Any], Any]] = {}
+# The read-only containers of the cache, handed out as plain ones.
+_PLAIN_LISTS = frozenset({list, FrozenList, FrozenListWithObjects})
+_PLAIN_DICTS = frozenset({dict, FrozenDict, FrozenDictWithObjects})
 
 
 def fresh_copy(value: Any) -> Any:
@@ -383,10 +411,12 @@ def _same(value: Any) -> Any:
 
 
 def _copier_for(kind: type) -> Callable[[Any], Any]:
-    if issubclass(kind, list):
+    if kind in _PLAIN_LISTS:
         return _copy_list
-    if issubclass(kind, dict):
+    if kind in _PLAIN_DICTS:
         return _copy_dict
+    if issubclass(kind, list | dict):  # Counter, OrderedDict, defaultdict ...: their type is kept
+        return copy.deepcopy
     if issubclass(kind, _IMMUTABLE):
         return _same
     if issubclass(kind, tuple):

@@ -4,7 +4,8 @@ A safe JSON codec for state values.
 :func:`encode` turns a value into JSON-compatible data and :func:`decode` turns it back; :func:`dumps` and
 :func:`loads` add the JSON text step. JSON types are stored as themselves. Everything else is stored as a tagged
 object ``{"__type__": "<name>", "data": ...}``: tuples, sets, frozensets, bytes, non-finite floats, dates and times,
-decimals, UUIDs, dicts whose keys are not all strings (or that contain the tag key themselves), the haystack
+decimals, UUIDs, ``Counter``, ``OrderedDict``, ``defaultdict`` (with a built-in factory), ``deque``, dicts whose keys
+are not all strings (or that contain the tag key themselves), the haystack
 dataclasses (``haystack.ChatMessage``, ``haystack.Document``, ...) and the classes registered with
 :func:`~haystack_state.persistence.registry.register_type`.
 
@@ -16,6 +17,7 @@ name raises :class:`~haystack_state.errors.CodecError`.
 from __future__ import annotations
 
 import base64
+import collections
 import datetime as dt
 import decimal
 import enum
@@ -118,10 +120,8 @@ def _encode(value: Any) -> Any:
         return _encode_object(value, adapter.name, adapter.to_data)
     if isinstance(value, enum.Enum):
         raise _unencodable(value)
-    if isinstance(value, dict):
-        return _encode_dict(value, _key_segment)
-    if isinstance(value, list):
-        return _encode_items(value)
+    if isinstance(value, dict | list | collections.deque):
+        return _encode_container(value, cls)
     if isinstance(value, tuple):
         if hasattr(value, "_fields"):  # an unregistered NamedTuple would come back as a plain tuple
             raise _unencodable(value)
@@ -138,6 +138,46 @@ def _encode(value: Any) -> Any:
     if isinstance(value, float):
         return _encode(float(value))
     raise _unencodable(value)
+
+
+#: The factories a stored ``defaultdict`` may have, by name (loading looks them up here; nothing else is called).
+_FACTORIES: dict[str, Any] = {
+    "list": list,
+    "dict": dict,
+    "set": set,
+    "int": int,
+    "float": float,
+    "str": str,
+    "tuple": tuple,
+    "Counter": collections.Counter,
+    "OrderedDict": collections.OrderedDict,
+    "none": None,
+}
+_FACTORY_NAMES = {id(factory): name for name, factory in _FACTORIES.items()}
+
+
+def _encode_container(value: Any, cls: type) -> Any:
+    """Dict and list subclasses: read-only state views as plain ones, the collections types tagged, others refused."""
+    if cls.__module__ == "haystack_state.values":  # FrozenDict, FrozenList: read-only views of plain ones
+        return _encode_dict(value, _key_segment) if isinstance(value, dict) else _encode_items(value)
+    if cls is collections.Counter or cls is collections.OrderedDict:
+        return _tag(cls.__name__, _encode_dict(dict(value), _key_segment))
+    if cls is collections.defaultdict:
+        factory = _FACTORY_NAMES.get(id(value.default_factory))
+        if factory is None:
+            raise _Failure(
+                f"cannot encode the defaultdict at {{path}}: its default_factory {value.default_factory!r} is not one "
+                f"of {', '.join(_FACTORIES)}; use one of those, or store a plain dict."
+            )
+        return _tag("defaultdict", {"factory": factory, "items": _encode_dict(dict(value), _key_segment)})
+    if cls is collections.deque:
+        return _tag("deque", {"items": _encode_items(list(value)), "maxlen": value.maxlen})
+    kind = "dict" if isinstance(value, dict) else "list"
+    raise _Failure(
+        f"cannot encode value of type {cls.__qualname__} at {{path}}: it is a {kind} subclass, which would come back "
+        f"as a plain {kind}; store a plain {kind} (or a Counter, OrderedDict, defaultdict or deque), or a registered "
+        "class (register_type)."
+    )
 
 
 def _encode_items(items: list[Any] | tuple[Any, ...]) -> list[Any]:
@@ -206,7 +246,9 @@ def encode(value: Any, *, key: str | None = None, where: str | None = None) -> A
     """
     Turn a value into JSON-compatible data (dicts with string keys, lists, strings, numbers, booleans, None).
 
-    Dict and list subclasses (read-only state views, for instance) are encoded as plain dicts and lists.
+    The read-only containers of a State (``FrozenDict``, ``FrozenList``) are encoded as plain dicts and lists;
+    ``Counter``, ``OrderedDict``, ``defaultdict`` (with a built-in factory) and ``deque`` keep their type; any other
+    dict or list subclass is refused (it would come back as a plain dict or list).
 
     :param value: The value to encode.
     :param key: The state key the value belongs to; named in error messages and used as the root of the path.
@@ -311,6 +353,25 @@ def _decode_builtin(name: str, data: Any) -> Any:
         return tuple(items) if name == "tuple" else set(items) if name == "set" else frozenset(items)
     if name == "float":
         return _NON_FINITE[data]
+    if name in ("Counter", "OrderedDict"):
+        items = _decode(data)
+        if type(items) is not dict:
+            raise ValueError("expected a mapping")
+        return collections.Counter(items) if name == "Counter" else collections.OrderedDict(items)
+    if name == "defaultdict":
+        if type(data) is not dict or set(data) != {"factory", "items"} or data["factory"] not in _FACTORIES:
+            raise ValueError(f"expected {{'factory': one of {', '.join(_FACTORIES)}, 'items': ...}}")
+        items = _decode(data["items"])
+        if type(items) is not dict:
+            raise ValueError("expected a mapping of items")
+        return collections.defaultdict(_FACTORIES[data["factory"]], items)
+    if name == "deque":
+        if type(data) is not dict or set(data) != {"items", "maxlen"} or type(data["items"]) is not list:
+            raise ValueError("expected {'items': [...], 'maxlen': ...}")
+        maxlen = data["maxlen"]
+        if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
+            raise ValueError("maxlen must be null or an int of at least 0")
+        return collections.deque(_decode_items(data["items"]), maxlen)
     return _SCALAR_DECODERS[name](data)
 
 

@@ -1,16 +1,30 @@
 """
-:class:`PostgresCheckpointer`: checkpoints in PostgreSQL (psycopg 3, with a connection pool).
+:class:`PostgresCheckpointer`: checkpoints in PostgreSQL (psycopg 3, with connection pools).
 
-Each checkpoint is one row holding its delta; a ``threads`` row holds the head. A commit locks the thread's row
-(``SELECT ... FOR UPDATE``), so two writers of the same thread are serialized and the second sees the first's head
-(and gets a :class:`~haystack_state.errors.ThreadConflictError`); creating a thread relies on the primary key of
-the ``threads`` table instead. Writers of different threads lock different rows and never wait for each other.
+Each checkpoint is one row holding its delta (and now and then a snapshot of the whole state); a ``threads`` row
+holds the head, a ``leases`` row a run's lease. A commit locks the thread's row (``SELECT ... FOR UPDATE``), so two
+writers of the same thread are serialized and the second sees the first's head (and gets a
+:class:`~haystack_state.errors.ThreadConflictError`); creating a thread relies on the primary key of the ``threads``
+table instead.
+
+Each operation is written once, as a *script*: a generator that yields SQL statements and receives their results.
+The sync methods run scripts on a ``ConnectionPool``, the async ones on ``AsyncConnection``s of the caller's event
+loop (a few per loop, reused, with no background task: psycopg's ``AsyncConnectionPool`` keeps tasks that make
+``asyncio.run`` hang at exit unless the pool is closed first, which a library cannot ask of every caller). Connections
+of a loop that has closed are closed on the next use or by ``close``; ``aclose`` closes the current loop's.
+
+A statement that fails because the pooled connection died is retried once on a fresh connection if the transaction is
+known not to have been applied: it failed before its ``COMMIT`` was sent, or (for a commit) the checkpoint is not there
+when looked up again; lease, TTL and snapshot writes are idempotent and simply run again.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterator
+import asyncio
+import collections
+import threading
+import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,12 +40,13 @@ except ImportError as _error:  # pragma: no cover - depends on the installed ext
 from haystack.core.errors import SerializationError
 from haystack.utils import Secret
 
-from haystack_state.errors import CheckpointError, CheckpointNotFoundError, ThreadNotFoundError
-from haystack_state.persistence.base import Checkpointer, check_commit, conflict_error
-from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo
+from haystack_state.errors import CheckpointError
+from haystack_state.persistence import ops
+from haystack_state.persistence.base import Checkpointer
+from haystack_state.persistence.postgres_scripts import ALL, COUNT, ONE, PostgresScripts, Script
 
 #: Append-only: the schema version is the number of migrations applied. Never edit or reorder an entry.
-#: ``{threads}`` and ``{checkpoints}`` are replaced by the schema-qualified table names.
+#: ``{threads}``, ``{checkpoints}`` and ``{leases}`` are replaced by the schema-qualified table names.
 MIGRATIONS: list[tuple[str, ...]] = [
     (
         """CREATE TABLE {threads} (
@@ -58,22 +73,123 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX ON {threads} (updated_at)",
     ),
+    (  # snapshots, thread TTLs, leases; tool names and keys as JSON text (text[] cannot hold a NUL character)
+        "ALTER TABLE {checkpoints} ADD COLUMN snapshot text",
+        "ALTER TABLE {checkpoints} ADD COLUMN chain_bytes bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE {checkpoints} ADD COLUMN base_bytes bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE {checkpoints} ALTER COLUMN tool_names TYPE text USING array_to_json(tool_names)::text",
+        "ALTER TABLE {checkpoints} ALTER COLUMN changed_keys TYPE text USING array_to_json(changed_keys)::text",
+        "ALTER TABLE {threads} ADD COLUMN ttl double precision",
+        "ALTER TABLE {threads} ADD COLUMN expires_at double precision",
+        """CREATE TABLE {leases} (
+            thread_id text PRIMARY KEY,
+            owner text NOT NULL,
+            expires_at double precision NOT NULL
+        )""",
+    ),
 ]
 
-_META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
+
+class _Attempt:
+    """How far an attempt got: whether its COMMIT was sent, and on which connection."""
+
+    def __init__(self) -> None:
+        self.committing = False
+        self.conn: Any = None
+
+    def dead(self) -> bool:
+        return self.conn is not None and bool(self.conn.closed or getattr(self.conn, "broken", False))
 
 
-class PostgresCheckpointer(Checkpointer):
+class _LoopConnections:
+    """
+    The async connections of one event loop: at most ``size``, reused, waited for when all are busy.
+
+    :param dsn: Where to connect.
+    :param size: How many connections at most.
+    :param loop: The loop they belong to.
+    """
+
+    def __init__(self, dsn: str, size: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.dsn = dsn
+        self.size = size
+        self.loop = weakref.ref(loop)
+        self.idle: list[psycopg.AsyncConnection[Any]] = []
+        self.open: list[psycopg.AsyncConnection[Any]] = []
+        self.connecting = 0
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def loop_gone(self) -> bool:
+        loop = self.loop()
+        return loop is None or loop.is_closed()
+
+    async def get(self) -> psycopg.AsyncConnection[Any]:
+        while True:
+            while self.idle:
+                conn = self.idle.pop()
+                if not conn.closed:
+                    return conn
+                self.open.remove(conn)
+            if len(self.open) + self.connecting < self.size:
+                self.connecting += 1
+                try:
+                    conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                finally:
+                    self.connecting -= 1
+                self.open.append(conn)
+                return conn
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            await waiter
+
+    def put(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if conn.closed or getattr(conn, "broken", False):
+            if conn in self.open:
+                self.open.remove(conn)
+            if not conn.closed:
+                conn.pgconn.finish()
+        else:
+            self.idle.append(conn)
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
+    def discard_idle(self) -> None:
+        for conn in self.idle:
+            self.open.remove(conn)
+            conn.pgconn.finish()
+        self.idle.clear()
+
+    def finish(self) -> None:
+        """Close every connection at once, without their loop (libpq's ``PQfinish``)."""
+        for conn in self.open:
+            if not conn.closed:
+                conn.pgconn.finish()
+        self.open.clear()
+        self.idle.clear()
+
+    async def aclose(self) -> None:
+        for conn in self.open:
+            await conn.close()
+        self.open.clear()
+        self.idle.clear()
+
+
+class PostgresCheckpointer(PostgresScripts, Checkpointer):
     """
     A checkpointer backed by PostgreSQL. Creates or migrates its tables on construction.
 
     :param conninfo: A libpq connection string or URL (``"postgresql://user@host/db"``). None uses the libpq
-        defaults and ``PG*`` environment variables. The checkpointer opens (and closes) its own pool.
+        defaults and ``PG*`` environment variables. The checkpointer opens (and closes) its own pools.
     :param pool: A ``psycopg_pool.ConnectionPool`` to borrow connections from instead; it is not closed by
-        :meth:`close`.
+        :meth:`close` (the async methods open pools of their own on its ``conninfo``).
     :param schema: The schema holding the tables (created if missing).
-    :param max_connections: The size of the pool the checkpointer opens when given a ``conninfo``.
+    :param max_connections: The size of each pool the checkpointer opens.
     :param cache_size: How many threads' head states to keep materialized (0 disables the cache).
+    :param kwargs: The settings of :class:`~haystack_state.persistence.base.Checkpointer` (``lease_ttl``,
+        ``thread_ttl``, ``snapshot_min_bytes``, ``snapshot_ratio``).
     """
 
     def __init__(
@@ -84,50 +200,200 @@ class PostgresCheckpointer(Checkpointer):
         schema: str = "public",
         max_connections: int = 4,
         cache_size: int = 64,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(cache_size=cache_size)
+        super().__init__(cache_size=cache_size, **kwargs)
         if conninfo is not None and pool is not None:
             raise ValueError("Pass either conninfo or pool, not both.")
         self._schema = schema
-        self._threads = sql.Identifier(schema, "haystack_state_threads")
-        self._checkpoints = sql.Identifier(schema, "haystack_state_checkpoints")
-        self._migrations = sql.Identifier(schema, "haystack_state_migrations")
+        self._names = {
+            "threads": sql.Identifier(schema, "haystack_state_threads"),
+            "checkpoints": sql.Identifier(schema, "haystack_state_checkpoints"),
+            "leases": sql.Identifier(schema, "haystack_state_leases"),
+            "migrations": sql.Identifier(schema, "haystack_state_migrations"),
+        }
+        self._queries: dict[str, sql.Composed] = {}
         self._owns_pool = pool is None
         self._conninfo = conninfo
         self._max_connections = max_connections
-        dsn = conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo
+        self._io_lock = threading.Lock()
+        self._aconns: dict[int, _LoopConnections] = {}
+        self._scripts: dict[type, Callable[[Any], Script]] = {
+            ops.Insert: self._insert,
+            ops.ReadHead: self._read_head,
+            ops.ReadMeta: self._read_meta,
+            ops.ReadChain: self._read_chain,
+            ops.ReadHistory: self._read_history,
+            ops.ReadThreads: self._read_threads,
+            ops.DeleteThread: self._delete,
+            ops.ReadPruneCandidates: self._prune_candidates,
+            ops.SetSnapshot: self._set_snapshot,
+            ops.DeleteCheckpoints: self._delete_checkpoints,
+            ops.SetTTL: self._set_ttl,
+            ops.AcquireLease: self._acquire,
+            ops.RenewLease: self._renew,
+            ops.ReleaseLease: self._release,
+            ops.ReadLease: self._read_lease,
+        }
         if pool is None:
+            self._dsn = (conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo) or ""
             # Connect once directly first: a wrong conninfo fails at once instead of after the pool's timeout.
-            with psycopg.connect(dsn or "", autocommit=True) as conn:
+            with psycopg.connect(self._dsn, autocommit=True) as conn:
                 self._migrate(conn)
-            pool = ConnectionPool(
-                dsn or "", min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
+            self._pool = ConnectionPool(
+                self._dsn, min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
             )
-            self._pool = pool
         else:
+            self._dsn = pool.conninfo
             self._pool = pool
             with pool.connection() as conn:
                 self._migrate(conn)
 
-    # --- connections and SQL ------------------------------------------------------------------------------------
+    # --- connections and scripts --------------------------------------------------------------------------------
 
     def _q(self, template: str) -> sql.Composed:
-        return sql.SQL(template).format(
-            threads=self._threads, checkpoints=self._checkpoints, migrations=self._migrations
-        )
+        query = self._queries.get(template)
+        if query is None:
+            query = self._queries[template] = sql.SQL(template).format(**self._names)
+        return query
 
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._pool.connection() as conn, conn.transaction():
-            yield conn
+    def _execute(self, op: ops.Op) -> Any:
+        for attempt in (1, 2):
+            state = _Attempt()
+            try:
+                with self._pool.connection() as conn:
+                    state.conn = conn
+                    return self._run(conn, op, state)
+            except psycopg.OperationalError:
+                if attempt == 2 or not state.dead():
+                    raise
+                self._pool.check()  # replace the pool's other dead connections before the retry
+                if state.committing and self._applied(op):
+                    return None
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        # Reads need no explicit transaction: each is one statement, or two whose snapshots may differ harmlessly.
+    async def _aexecute(self, op: ops.Op) -> Any:
+        connections = self._async_connections()
+        for attempt in (1, 2):
+            state = _Attempt()
+            conn = await connections.get()
+            try:
+                state.conn = conn
+                return await self._arun(conn, op, state)
+            except psycopg.OperationalError:
+                if attempt == 2 or not state.dead():
+                    raise
+                connections.discard_idle()  # its siblings died with it, most likely: connect afresh
+                if state.committing and await asyncio.to_thread(self._applied, op):
+                    return None
+            finally:
+                connections.put(conn)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _async_connections(self) -> _LoopConnections:
+        loop = asyncio.get_running_loop()
+        with self._io_lock:
+            for key, connections in list(self._aconns.items()):
+                if key != id(loop) and connections.loop_gone():
+                    del self._aconns[key]
+                    connections.finish()
+            found = self._aconns.get(id(loop))
+            if found is None or found.loop_gone():
+                found = self._aconns[id(loop)] = _LoopConnections(self._dsn, self._max_connections, loop)
+            return found
+
+    def _applied(self, op: ops.Op) -> bool:
+        """
+        After a transaction lost with its connection while it committed: whether it was applied. A commit is looked
+        up by its checkpoint id; the other writes (leases, TTLs, snapshots) are idempotent, so they are run again.
+        """
+        if not isinstance(op, ops.Insert):
+            return False
+        query = self._q("SELECT 1 FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = %s")
         with self._pool.connection() as conn:
-            yield conn
+            return conn.execute(query, (op.row.thread_id, op.row.checkpoint_id)).fetchone() is not None
+
+    def _run(self, conn: psycopg.Connection[Any], op: ops.Op, state: _Attempt) -> Any:
+        script = self._scripts[type(op)](op)
+        write = isinstance(op, ops.WRITES)
+        opened = False  # whether BEGIN was sent: a write's first statement may run alone (autocommit)
+        result: Any = None
+        try:
+            while True:
+                try:
+                    stmt = script.send(result)
+                except StopIteration as stop:
+                    value = stop.value
+                    break
+                if write and not opened:
+                    if stmt.alone:
+                        state.committing = True  # applied as soon as it runs: its outcome is unknown if the link dies
+                    else:
+                        conn.execute("BEGIN")
+                        opened, state.committing = True, False
+                cursor = conn.execute(stmt.query, stmt.params)
+                state.committing = False
+                if stmt.fetch == ONE:
+                    result = cursor.fetchone()
+                elif stmt.fetch == ALL:
+                    result = cursor.fetchall()
+                else:
+                    result = cursor.rowcount if stmt.fetch == COUNT else None
+        except BaseException:
+            if opened and not state.dead():
+                conn.execute("ROLLBACK")
+            raise
+        if opened:
+            state.committing = True
+            conn.execute("COMMIT")
+        return value
+
+    async def _arun(self, conn: psycopg.AsyncConnection[Any], op: ops.Op, state: _Attempt) -> Any:
+        script = self._scripts[type(op)](op)
+        write = isinstance(op, ops.WRITES)
+        opened = False  # whether BEGIN was sent: a write's first statement may run alone (autocommit)
+        result: Any = None
+        try:
+            while True:
+                try:
+                    stmt = script.send(result)
+                except StopIteration as stop:
+                    value = stop.value
+                    break
+                if write and not opened:
+                    if stmt.alone:
+                        state.committing = True  # applied as soon as it runs: its outcome is unknown if the link dies
+                    else:
+                        await conn.execute("BEGIN")
+                        opened, state.committing = True, False
+                cursor = await conn.execute(stmt.query, stmt.params)
+                state.committing = False
+                if stmt.fetch == ONE:
+                    result = await cursor.fetchone()
+                elif stmt.fetch == ALL:
+                    result = await cursor.fetchall()
+                else:
+                    result = cursor.rowcount if stmt.fetch == COUNT else None
+        except BaseException:
+            if opened and not state.dead():
+                await conn.execute("ROLLBACK")
+            raise
+        if opened:
+            state.committing = True
+            await conn.execute("COMMIT")
+        return value
+
+    async def _aclose(self) -> None:
+        with self._io_lock:
+            connections = self._aconns.pop(id(asyncio.get_running_loop()), None)
+        if connections is not None:
+            await connections.aclose()
 
     def _close(self) -> None:
+        with self._io_lock:
+            everything, self._aconns = list(self._aconns.values()), {}
+        for connections in everything:
+            connections.finish()
         if self._owns_pool:
             self._pool.close()
 
@@ -151,7 +417,7 @@ class PostgresCheckpointer(Checkpointer):
                     conn.execute(self._q(statement))
                 conn.execute(self._q("INSERT INTO {migrations} VALUES (%s, now())"), (version,))
 
-    # --- storage primitives -------------------------------------------------------------------------------------
+    # --- settings -----------------------------------------------------------------------------------------------
 
     def init_parameters(self) -> dict[str, Any]:
         """
@@ -175,7 +441,7 @@ class PostgresCheckpointer(Checkpointer):
                     "it as Secret.from_env_var('PG_DSN') instead."
                 )
             params["conninfo"] = self._conninfo
-        return params
+        return {**params, **self._common_parameters()}
 
     @classmethod
     def from_init_parameters(cls, params: dict[str, Any]) -> PostgresCheckpointer:
@@ -190,141 +456,8 @@ class PostgresCheckpointer(Checkpointer):
             params["conninfo"] = Secret.from_dict(params["conninfo"])
         return cls(**params)
 
-    def _insert(self, row: StoredCheckpoint, expected_head: str | None) -> None:
-        with self._transaction() as conn:
-            found = conn.execute(
-                self._q("SELECT head_id, last_seq FROM {threads} WHERE thread_id = %s FOR UPDATE"), (row.thread_id,)
-            ).fetchone()
-            head, last_seq = (found[0], int(found[1])) if found is not None else (None, 0)
-
-            def parent_exists() -> bool:
-                query = self._q("SELECT 1 FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = %s")
-                return conn.execute(query, (row.thread_id, row.parent_id)).fetchone() is not None
-
-            check_commit(row, expected_head, head, parent_exists)
-            if found is None:
-                # A new thread: the primary key decides between concurrent creators (the loser inserts nothing).
-                created = conn.execute(
-                    self._q(
-                        "INSERT INTO {threads} (thread_id, head_id, last_seq, created_at, updated_at) "
-                        "VALUES (%s, %s, 1, %s, %s) ON CONFLICT (thread_id) DO NOTHING"
-                    ),
-                    (row.thread_id, row.checkpoint_id, row.created_at, row.created_at),
-                )
-                if created.rowcount != 1:
-                    raise conflict_error(row.thread_id, expected_head, self._read_head_in(conn, row.thread_id))
-            else:
-                conn.execute(
-                    self._q("UPDATE {threads} SET head_id = %s, last_seq = %s, updated_at = %s WHERE thread_id = %s"),
-                    (row.checkpoint_id, last_seq + 1, row.created_at, row.thread_id),
-                )
-            conn.execute(
-                self._q(
-                    "INSERT INTO {checkpoints} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, "
-                    "changed_keys, created_at, metadata, delta) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                ),
-                (
-                    row.thread_id,
-                    row.checkpoint_id,
-                    last_seq + 1,
-                    row.parent_id,
-                    row.step,
-                    row.source,
-                    list(row.tool_names),
-                    list(row.changed_keys),
-                    row.created_at,
-                    row.metadata,
-                    row.delta,
-                ),
-            )
-
-    def _read_head_in(self, conn: psycopg.Connection[Any], thread_id: str) -> str | None:
-        found = conn.execute(self._q("SELECT head_id FROM {threads} WHERE thread_id = %s"), (thread_id,)).fetchone()
-        return str(found[0]) if found is not None else None
-
-    def _read_head(self, thread_id: str) -> str | None:
-        with self._connection() as conn:
-            return self._read_head_in(conn, thread_id)
-
-    def _read_meta(self, thread_id: str, checkpoint_id: str | None) -> StoredCheckpoint:
-        with self._connection() as conn:
-            head = self._read_head_in(conn, thread_id)
-            if head is None:
-                raise ThreadNotFoundError(thread_id)
-            target = head if checkpoint_id is None else checkpoint_id
-            found = conn.execute(
-                self._q(f"SELECT {_META} FROM {{checkpoints}} WHERE thread_id = %s AND checkpoint_id = %s"),
-                (thread_id, target),
-            ).fetchone()
-        if found is None:
-            raise CheckpointNotFoundError(thread_id, target)
-        return _row(found)
-
-    def _read_chain(self, thread_id: str, checkpoint_id: str, stop_at: str | None) -> list[ChainLink]:
-        # Each step of the walk is one primary-key lookup (LATERAL ... LIMIT 1 keeps the planner from hash-joining
-        # the whole thread at every step); the depth bound stops a walk through corrupt, cyclic parent links. Only
-        # what materializing needs is selected.
-        query = self._q(
-            "WITH RECURSIVE chain AS ("
-            " SELECT checkpoint_id, parent_id, delta, 1 AS depth FROM {checkpoints}"
-            " WHERE thread_id = %(thread)s AND checkpoint_id = %(checkpoint)s"
-            " UNION ALL"
-            " SELECT p.*, chain.depth + 1 FROM chain CROSS JOIN LATERAL ("
-            " SELECT checkpoint_id, parent_id, delta FROM {checkpoints} AS c"
-            " WHERE c.thread_id = %(thread)s AND c.checkpoint_id = chain.parent_id LIMIT 1) AS p"
-            " WHERE chain.parent_id IS DISTINCT FROM %(stop)s::text"
-            " AND chain.depth <= (SELECT last_seq FROM {threads} WHERE thread_id = %(thread)s)"
-            ") SELECT checkpoint_id, parent_id, delta FROM chain ORDER BY depth DESC"
-        )
-        with self._connection() as conn:
-            rows = conn.execute(query, {"thread": thread_id, "checkpoint": checkpoint_id, "stop": stop_at}).fetchall()
-        return [ChainLink(found[0], found[1], found[2]) for found in rows]
-
-    def _read_history(self, thread_id: str) -> list[StoredCheckpoint]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                self._q(f"SELECT {_META} FROM {{checkpoints}} WHERE thread_id = %s ORDER BY seq DESC"), (thread_id,)
-            ).fetchall()
-        return [_row(found) for found in rows]
-
-    def _read_threads(self) -> list[ThreadInfo]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                self._q(
-                    "SELECT thread_id, head_id, last_seq, created_at, updated_at FROM {threads} "
-                    "ORDER BY updated_at DESC, thread_id"
-                )
-            ).fetchall()
-        return [ThreadInfo(r[0], r[1], int(r[2]), _utc(r[3]), _utc(r[4])) for r in rows]
-
-    def _delete(self, thread_id: str) -> bool:
-        with self._transaction() as conn:
-            deleted = conn.execute(self._q("DELETE FROM {threads} WHERE thread_id = %s"), (thread_id,)).rowcount
-            conn.execute(self._q("DELETE FROM {checkpoints} WHERE thread_id = %s"), (thread_id,))
-        return deleted > 0
-
     @contextmanager
     def _raw_connection(self) -> Iterator[psycopg.Connection[Any]]:
         """Borrow a connection of the pool inside a transaction (for maintenance and tests); do not keep it."""
-        with self._transaction() as conn:
+        with self._pool.connection() as conn, conn.transaction():
             yield conn
-
-
-def _utc(value: dt.datetime) -> dt.datetime:
-    return value.astimezone(dt.UTC)
-
-
-def _row(found: Any) -> StoredCheckpoint:
-    thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata = found[:9]
-    return StoredCheckpoint(
-        thread_id=thread_id,
-        checkpoint_id=checkpoint_id,
-        parent_id=parent_id,
-        step=int(step),
-        source=source,
-        tool_names=tuple(tool_names),
-        created_at=_utc(created_at),
-        changed_keys=tuple(changed_keys),
-        metadata=metadata,
-        delta=found[9] if len(found) > 9 else "",
-    )

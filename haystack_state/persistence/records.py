@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from typing import Any, NamedTuple
+
+from haystack_state.errors import CheckpointError
+
+#: The longest thread id accepted, in characters and in UTF-8 bytes (every backend indexes it as text).
+MAX_THREAD_ID = 1000
+MAX_THREAD_ID_BYTES = 2000
+#: The sources a checkpoint may have.
+SOURCES: tuple[str, ...] = ("input", "model", "tools", "update")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +100,10 @@ class StoredCheckpoint:
     A checkpoint row as backends store it: the record plus the JSON text of its metadata and delta.
 
     :param delta: The delta's JSON text; empty when a backend read only the record.
+    :param snapshot: The full state at this checkpoint (JSON text) when one is stored, so that reads start here.
+    :param chain_bytes: The bytes of the deltas from the nearest snapshot (or the root) to this checkpoint; 0 for a
+        snapshot.
+    :param base_bytes: The bytes of that nearest snapshot (0 if none).
     """
 
     thread_id: str
@@ -103,6 +116,9 @@ class StoredCheckpoint:
     changed_keys: tuple[str, ...]
     metadata: str
     delta: str = ""
+    snapshot: str | None = None
+    chain_bytes: int = 0
+    base_bytes: int = 0
 
 
 class ChainLink(NamedTuple):
@@ -112,8 +128,198 @@ class ChainLink(NamedTuple):
     :param checkpoint_id: The checkpoint's id.
     :param parent_id: The checkpoint it follows, or None for the root.
     :param delta: The delta's JSON text.
+    :param snapshot: The full state's JSON text if the checkpoint holds a snapshot (the walk stops there).
     """
 
     checkpoint_id: str
     parent_id: str | None
     delta: str
+    snapshot: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PruneResult:
+    """
+    What :meth:`Checkpointer.prune` removed.
+
+    :param threads_deleted: The threads deleted because their TTL expired.
+    :param checkpoints_deleted: The checkpoints removed from the threads that remain.
+    :param snapshots_written: The kept checkpoints given a snapshot because a checkpoint they were read through was
+        removed.
+    :param threads_skipped: The threads left alone because a live run holds their lease.
+    """
+
+    threads_deleted: list[str]
+    checkpoints_deleted: int
+    snapshots_written: int
+    threads_skipped: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    """
+    A run's hold on a thread.
+
+    :param thread_id: The thread.
+    :param owner: Who holds it (host, process and a random part).
+    :param expires_at: When it expires unless renewed (timezone-aware, UTC).
+    """
+
+    thread_id: str
+    owner: str
+    expires_at: dt.datetime
+
+
+def check_thread_id(thread_id: Any) -> str:
+    """
+    Check a thread id: a non-empty ``str`` of at most :data:`MAX_THREAD_ID` characters (and
+    :data:`MAX_THREAD_ID_BYTES` bytes of UTF-8) that every backend stores the same way (no NUL character, no lone
+    surrogate).
+
+    :param thread_id: The id.
+    :returns: The id.
+    :raises ValueError: If it is not such a string (an ``int`` included: ``5`` and ``"5"`` are different ids).
+    """
+    if not isinstance(thread_id, str):
+        raise ValueError(f"thread_id must be a string, got {type(thread_id).__name__} {thread_id!r}.")
+    problem = _text_problem(thread_id)
+    if problem is None and (len(thread_id) > MAX_THREAD_ID or len(thread_id.encode()) > MAX_THREAD_ID_BYTES):
+        problem = (
+            f"is {len(thread_id):,} characters ({len(thread_id.encode()):,} bytes in UTF-8) long: at most "
+            f"{MAX_THREAD_ID:,} characters and {MAX_THREAD_ID_BYTES:,} bytes"
+        )
+    if problem is not None:
+        raise ValueError(f"thread_id {_shown(thread_id)} {problem}.")
+    return thread_id
+
+
+def valid_checkpoint_id(checkpoint_id: Any) -> bool:
+    """
+    Whether a checkpoint id could exist: a non-empty string of at most 100 characters without NUL or lone
+    surrogates. Any other id names no checkpoint (a read of it is a ``CheckpointNotFoundError``).
+
+    :param checkpoint_id: The id.
+    """
+    return isinstance(checkpoint_id, str) and len(checkpoint_id) <= 100 and _text_problem(checkpoint_id) is None
+
+
+def _text_problem(text: str) -> str | None:
+    if not text:
+        return "is empty"
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate (it is not valid Unicode text)"
+    return None
+
+
+def _shown(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def parse_row(
+    thread_id: Any,
+    checkpoint_id: Any,
+    parent_id: Any,
+    step: Any,
+    source: Any,
+    tool_names: Any,
+    created_at: Any,
+    changed_keys: Any,
+    metadata: Any,
+    extra: tuple[Any, ...] = (),
+) -> StoredCheckpoint:
+    """
+    Build a :class:`StoredCheckpoint` from stored columns, checking every field.
+
+    :param tool_names: A JSON array of strings (text), as stored.
+    :param changed_keys: A JSON array of strings (text), as stored.
+    :param created_at: An ISO 8601 time with a UTC offset (text), or a timezone-aware datetime.
+    :param extra: ``(delta, snapshot, chain_bytes, base_bytes)``, or a prefix of it.
+    :returns: The row.
+    :raises CheckpointError: Naming the thread, the checkpoint and the field, if a field is corrupt.
+    """
+
+    def corrupt(field: str, value: Any, expected: str) -> CheckpointError:
+        return CheckpointError(
+            f"Thread '{thread_id}', checkpoint '{checkpoint_id}': the stored record is corrupt: field '{field}' "
+            f"should be {expected}, got {_shown(repr(value))}."
+        )
+
+    if not isinstance(checkpoint_id, str) or not checkpoint_id:
+        raise corrupt("checkpoint_id", checkpoint_id, "a non-empty string")
+    if parent_id is not None and (not isinstance(parent_id, str) or not parent_id):
+        raise corrupt("parent_id", parent_id, "a checkpoint id or null")
+    if type(step) is not int or step < 0:
+        raise corrupt("step", step, "an integer of at least 0")
+    if source not in SOURCES:
+        raise corrupt("source", source, f"one of {', '.join(SOURCES)}")
+    names = _string_list(tool_names)
+    if names is None:
+        raise corrupt("tool_names", tool_names, "a JSON array of strings")
+    keys = _string_list(changed_keys)
+    if keys is None:
+        raise corrupt("changed_keys", changed_keys, "a JSON array of strings")
+    created = _utc_time(created_at)
+    if created is None:
+        raise corrupt("created_at", created_at, "an ISO 8601 time with a UTC offset")
+    if not isinstance(metadata, str):
+        raise corrupt("metadata", metadata, "JSON text")
+    defaults: tuple[Any, ...] = ("", None, 0, 0)
+    delta, snapshot, chain_bytes, base_bytes = (*extra[:4], *defaults[len(extra[:4]) :])
+    return StoredCheckpoint(
+        thread_id=thread_id,
+        checkpoint_id=checkpoint_id,
+        parent_id=parent_id,
+        step=step,
+        source=source,
+        tool_names=names,
+        created_at=created,
+        changed_keys=keys,
+        metadata=metadata,
+        delta=delta if delta is not None else "",
+        snapshot=snapshot,
+        chain_bytes=chain_bytes if type(chain_bytes) is int else 0,
+        base_bytes=base_bytes if type(base_bytes) is int else 0,
+    )
+
+
+def _string_list(text: Any) -> tuple[str, ...] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        items = json.loads(text)
+    except ValueError:
+        return None
+    if type(items) is not list or not all(type(item) is str for item in items):
+        return None
+    return tuple(items)
+
+
+def _utc_time(value: Any) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        moment = value
+    elif isinstance(value, str):
+        try:
+            moment = dt.datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    if moment.tzinfo is None:
+        return None
+    return moment.astimezone(dt.UTC)
+
+
+def string_list_json(items: tuple[str, ...]) -> str:
+    """
+    The stored form of ``tool_names`` and ``changed_keys``: a JSON array, ASCII-escaped (so NUL characters and lone
+    surrogates are stored as escapes, on every backend).
+
+    :param items: The strings.
+    :returns: The JSON text.
+    """
+    return json.dumps(list(items))

@@ -36,7 +36,7 @@ T = TypeVar("T", bound=type)
 #: Tag names of the built-in types the codec handles itself; no registered class may take them.
 BUILTIN_TAGS = frozenset(
     {"dict", "tuple", "set", "frozenset", "bytes", "bytearray", "float", "datetime", "date", "time", "timedelta"}
-    | {"decimal", "uuid"}
+    | {"decimal", "uuid", "Counter", "OrderedDict", "defaultdict", "deque"}
 )
 _HAYSTACK_PREFIX = "haystack."
 

@@ -1,34 +1,42 @@
 """
 :class:`SQLiteCheckpointer`: checkpoints in a SQLite file (stdlib ``sqlite3``, WAL mode).
 
-Each checkpoint is one row holding its delta; a ``threads`` row holds the head. Commits run in ``BEGIN IMMEDIATE``
-transactions, so two writers of the same thread are serialized and the second sees the first's head (and gets a
-:class:`~haystack_state.errors.ThreadConflictError`). Connections are pooled: a thread borrows one per operation,
-so reads from several threads run concurrently (WAL) while SQLite serializes the writers.
+Each checkpoint is one row holding its delta (and now and then a snapshot of the whole state); a ``threads`` row
+holds the head, a ``leases`` row a run's lease. Commits run in ``BEGIN IMMEDIATE`` transactions, so two writers of
+the same thread are serialized and the second sees the first's head (and gets a
+:class:`~haystack_state.errors.ThreadConflictError`); the writers of one process also queue on a lock rather than
+on SQLite's busy timeout. Connections are pooled: a thread borrows one per operation, so reads from several threads
+run concurrently (WAL). The async methods run the same operations on a dedicated thread pool, so they never block
+the event loop.
 
 Durability: the database runs in WAL mode with ``synchronous=NORMAL``. A commit is durable against a crash of the
-process as soon as ``commit`` returns (the transaction is in the WAL file, which the operating system keeps);
-after a power loss or an operating-system crash the last commits before it may be lost, but the database is never
-corrupted. ``FULL`` would add an ``fsync`` to every commit, which is what makes a commit cost milliseconds.
+process as soon as ``commit`` returns; after a power loss or an operating-system crash the last commits before it
+may be lost, but the database is never corrupted. Before every write the checkpointer checks that its file is still
+the one it opened (deleted or replaced files are reported instead of acknowledging lost commits).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
-import json
+import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from haystack_state.errors import CheckpointError, CheckpointNotFoundError, ThreadNotFoundError
+from haystack_state.errors import CheckpointError, CheckpointNotFoundError, CheckpointStorageError, ThreadNotFoundError
+from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer, check_commit
-from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo
+from haystack_state.persistence.leases import busy_error
+from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo, parse_row, string_list_json
 
 THREADS = "haystack_state_threads"
 CHECKPOINTS = "haystack_state_checkpoints"
+LEASES = "haystack_state_leases"
 MIGRATIONS_TABLE = "haystack_state_migrations"
 
 #: Append-only: the schema version is the number of migrations applied. Never edit or reorder an entry.
@@ -58,23 +66,43 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         f"CREATE INDEX {THREADS}_updated ON {THREADS} (updated_at)",
     ),
+    (  # snapshots, thread TTLs and leases
+        f"ALTER TABLE {CHECKPOINTS} ADD COLUMN snapshot TEXT",
+        f"ALTER TABLE {CHECKPOINTS} ADD COLUMN chain_bytes INTEGER NOT NULL DEFAULT 0",
+        f"ALTER TABLE {CHECKPOINTS} ADD COLUMN base_bytes INTEGER NOT NULL DEFAULT 0",
+        f"ALTER TABLE {THREADS} ADD COLUMN ttl REAL",
+        f"ALTER TABLE {THREADS} ADD COLUMN expires_at REAL",
+        f"""CREATE TABLE {LEASES} (
+            thread_id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            expires_at REAL NOT NULL
+        )""",
+    ),
 ]
 
 _META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
-# Each step of the walk is one primary-key lookup; the depth bound stops a walk through corrupt, cyclic parent links.
-# Only what materializing needs is selected; the rows come newest first and are put in order in Python.
+_VISIBLE = "(expires_at IS NULL OR expires_at > :now)"
+# Each step of the walk is one primary-key lookup; it stops at a snapshot, at ``stop`` or at the root. SQLite yields
+# the rows as it walks, and the reader stops at the first repeated id (a corrupt, cyclic chain).
 _CHAIN = f"""
-    WITH RECURSIVE chain(checkpoint_id, parent_id, delta, depth) AS (
-        SELECT checkpoint_id, parent_id, delta, 1 FROM {CHECKPOINTS}
+    WITH RECURSIVE chain(checkpoint_id, parent_id, delta, snapshot) AS (
+        SELECT checkpoint_id, parent_id, delta, snapshot FROM {CHECKPOINTS}
         WHERE thread_id = :thread AND checkpoint_id = :checkpoint
         UNION ALL
-        SELECT c.checkpoint_id, c.parent_id, c.delta, chain.depth + 1
+        SELECT c.checkpoint_id, c.parent_id, c.delta, c.snapshot
         FROM chain JOIN {CHECKPOINTS} AS c ON c.thread_id = :thread AND c.checkpoint_id = chain.parent_id
-        WHERE chain.parent_id IS NOT :stop
-        AND chain.depth <= (SELECT last_seq FROM {THREADS} WHERE thread_id = :thread)
+        WHERE chain.parent_id IS NOT :stop AND chain.snapshot IS NULL
     )
-    SELECT checkpoint_id, parent_id, delta, depth FROM chain
+    SELECT checkpoint_id, parent_id, delta, snapshot FROM chain
 """
+
+
+def _epoch(moment: dt.datetime) -> float:
+    return moment.timestamp()
+
+
+def _from_epoch(value: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(value, dt.UTC)
 
 
 class SQLiteCheckpointer(Checkpointer):
@@ -83,22 +111,59 @@ class SQLiteCheckpointer(Checkpointer):
 
     :param path: The database file (created if missing), or ``":memory:"`` for a private in-memory database
         (then a single connection is shared by all threads).
-    :param timeout: How long a writer waits for another writer's lock, in seconds.
+    :param timeout: How long a writer waits for another process's lock, in seconds.
     :param cache_size: How many threads' head states to keep materialized (0 disables the cache).
+    :param read_only: Open an existing file read-only (nothing is created or migrated; writes fail). A file without
+        write permission is opened immutable (no ``-wal`` or ``-shm`` file is created beside it).
+    :param kwargs: The settings of :class:`~haystack_state.persistence.base.Checkpointer` (``lease_ttl``,
+        ``thread_ttl``, ``snapshot_min_bytes``, ``snapshot_ratio``).
     """
 
-    def __init__(self, path: str | Path, *, timeout: float = 30.0, cache_size: int = 64) -> None:
-        super().__init__(cache_size=cache_size)
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        timeout: float = 30.0,
+        cache_size: int = 64,
+        read_only: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(cache_size=cache_size, **kwargs)
         self._path = str(path)
         self._timeout = timeout
+        self._read_only = read_only
         self._pool_lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
         self._all: list[sqlite3.Connection] = []
         self._single = threading.Lock() if self._path == ":memory:" else None
+        self._executor: ThreadPoolExecutor | None = None
+        self._identity: tuple[int, int] | None = None
+        self._handlers: dict[type, Callable[[sqlite3.Connection, Any], Any]] = {
+            ops.Insert: self._insert,
+            ops.ReadHead: self._read_head,
+            ops.ReadMeta: self._read_meta,
+            ops.ReadChain: self._read_chain,
+            ops.ReadHistory: self._read_history,
+            ops.ReadThreads: self._read_threads,
+            ops.DeleteThread: self._delete,
+            ops.ReadPruneCandidates: self._prune_candidates,
+            ops.SetSnapshot: self._set_snapshot,
+            ops.DeleteCheckpoints: self._delete_checkpoints,
+            ops.SetTTL: self._set_ttl,
+            ops.AcquireLease: self._acquire,
+            ops.RenewLease: self._renew,
+            ops.ReleaseLease: self._release,
+            ops.ReadLease: self._read_lease,
+        }
         try:
             with self._connection() as conn:
-                conn.execute("PRAGMA journal_mode=WAL")
-                _migrate(conn)
+                if read_only:
+                    _check_version(conn, self._path)
+                else:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    _migrate(conn)
+            self._identity = self._file_identity()
         except sqlite3.DatabaseError as exc:
             self._close()
             raise CheckpointError(f"SQLiteCheckpointer: '{self._path}' cannot be used as a database: {exc}.") from exc
@@ -109,8 +174,14 @@ class SQLiteCheckpointer(Checkpointer):
     # --- connections --------------------------------------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._path, timeout=self._timeout, check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA synchronous=NORMAL")
+        if self._read_only:
+            # A file nobody may write is opened immutable: SQLite then creates no -wal or -shm file beside it.
+            immutable = not os.stat(self._path).st_mode & 0o222
+            uri = Path(self._path).resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+            conn = sqlite3.connect(uri, uri=True, timeout=self._timeout, check_same_thread=False, isolation_level=None)
+        else:
+            conn = sqlite3.connect(self._path, timeout=self._timeout, check_same_thread=False, isolation_level=None)
+            conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
     @contextmanager
@@ -135,150 +206,299 @@ class SQLiteCheckpointer(Checkpointer):
             if self._single is not None:
                 self._single.release()
 
-    @contextmanager
-    def _transaction(self, begin: str = "BEGIN") -> Iterator[sqlite3.Connection]:
+    def _file_identity(self) -> tuple[int, int] | None:
+        if self._path == ":memory:" or self._path.startswith("file:"):
+            return None
+        info = os.stat(self._path)
+        return (info.st_dev, info.st_ino)
+
+    def _check_file(self) -> None:
+        if self._identity is None:
+            return
+        try:
+            identity = self._file_identity()
+        except FileNotFoundError:
+            identity = None
+        if identity != self._identity:
+            what = "was deleted" if identity is None else "was replaced by another file"
+            raise CheckpointStorageError(
+                f"SQLiteCheckpointer: the database file '{self._path}' {what} after it was opened; nothing more is "
+                "written to it (a commit would be lost). Open a new checkpointer on the file."
+            )
+
+    def _execute(self, op: ops.Op) -> Any:
+        handler = self._handlers[type(op)]
+        if isinstance(op, ops.WRITES):
+            with self._write_lock, self._connection() as conn:
+                self._check_file()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = handler(conn, op)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+                return result
         with self._connection() as conn:
-            conn.execute(begin)
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+            return handler(conn, op)
+
+    async def _aexecute(self, op: ops.Op) -> Any:
+        if self._executor is None:
+            with self._pool_lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="haystack-state-sqlite")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._execute, op)
 
     def _close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         with self._pool_lock:
             connections, self._all, self._idle = self._all, [], []
         for conn in connections:
             conn.close()
 
-    # --- storage primitives -------------------------------------------------------------------------------------
-
     def init_parameters(self) -> dict[str, Any]:
-        """The file's path and the busy timeout: what rebuilds this checkpointer on the same database."""
-        return {"path": self._path, "timeout": self._timeout}
+        """The file's path and the settings: what rebuilds this checkpointer on the same database."""
+        params: dict[str, Any] = {"path": self._path, "timeout": self._timeout}
+        if self._read_only:
+            params["read_only"] = True
+        return {**params, **self._common_parameters()}
 
-    def _insert(self, row: StoredCheckpoint, expected_head: str | None) -> None:
-        with self._transaction("BEGIN IMMEDIATE") as conn:
-            if expected_head is not None and row.parent_id == expected_head and self._append(conn, row, expected_head):
-                return
-            found = conn.execute(
-                f"SELECT head_id, last_seq FROM {THREADS} WHERE thread_id = ?", (row.thread_id,)
-            ).fetchone()
-            head, last_seq = (found[0], found[1]) if found is not None else (None, 0)
+    # --- operations ---------------------------------------------------------------------------------------------
 
-            def parent_exists() -> bool:
-                return (
-                    conn.execute(
-                        f"SELECT 1 FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_id = ?",
-                        (row.thread_id, row.parent_id),
-                    ).fetchone()
-                    is not None
-                )
-
-            check_commit(row, expected_head, head, parent_exists)
-            created = row.created_at.isoformat()
-            conn.execute(
-                f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, "
-                "changed_keys, created_at, metadata, delta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    row.thread_id,
-                    row.checkpoint_id,
-                    last_seq + 1,
-                    row.parent_id,
-                    row.step,
-                    row.source,
-                    json.dumps(list(row.tool_names)),
-                    json.dumps(list(row.changed_keys)),
-                    created,
-                    row.metadata,
-                    row.delta,
-                ),
-            )
-            conn.execute(
-                f"INSERT INTO {THREADS} (thread_id, head_id, last_seq, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (thread_id) DO UPDATE SET head_id = excluded.head_id, "
-                "last_seq = excluded.last_seq, updated_at = excluded.updated_at",
-                (row.thread_id, row.checkpoint_id, last_seq + 1, created, created),
-            )
-
-    @staticmethod
-    def _append(conn: sqlite3.Connection, row: StoredCheckpoint, expected_head: str) -> bool:
-        """
-        The common commit, a child of the expected head, in two statements: move the head if it is the expected one,
-        then insert the row. Returns False (having changed nothing) if the head is not the expected one.
-        """
+    def _insert(self, conn: sqlite3.Connection, op: ops.Insert) -> None:
+        row, expected_head, now = op.row, op.expected_head, _epoch(op.now)
+        if op.lease_owner is not None:
+            holder = conn.execute(f"SELECT owner, expires_at FROM {LEASES} WHERE thread_id = ?", (row.thread_id,))
+            found = holder.fetchone()
+            if found is not None and found[0] != op.lease_owner and found[1] > now:
+                raise busy_error(row.thread_id, found[0], _from_epoch(found[1]))
         created = row.created_at.isoformat()
-        moved = conn.execute(
-            f"UPDATE {THREADS} SET head_id = ?, last_seq = last_seq + 1, updated_at = ? "
-            "WHERE thread_id = ? AND head_id = ?",
-            (row.checkpoint_id, created, row.thread_id, expected_head),
-        ).rowcount
-        if moved != 1:
-            return False
+        if expected_head is not None and row.parent_id == expected_head:
+            moved = conn.execute(
+                f"UPDATE {THREADS} SET head_id = ?, last_seq = last_seq + 1, updated_at = ?, "
+                "expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE ? + ttl END "
+                f"WHERE thread_id = ? AND head_id = ? AND {_VISIBLE.replace(':now', '?')}",
+                (row.checkpoint_id, created, now, row.thread_id, expected_head, now),
+            ).rowcount
+            if moved == 1:
+                self._insert_row(conn, row, f"(SELECT last_seq FROM {THREADS} WHERE thread_id = ?)", (row.thread_id,))
+                return
+        found = conn.execute(
+            f"SELECT head_id, last_seq, expires_at FROM {THREADS} WHERE thread_id = ?", (row.thread_id,)
+        ).fetchone()
+        expired = found is not None and found[2] is not None and found[2] <= now
+        if expired and expected_head is None:  # invisible already: the new thread replaces it
+            conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE thread_id = ?", (row.thread_id,))
+            conn.execute(f"DELETE FROM {THREADS} WHERE thread_id = ?", (row.thread_id,))
+            found = None
+        head, last_seq = (found[0], int(found[1])) if found is not None and not expired else (None, 0)
+
+        def parent_exists() -> bool:
+            query = f"SELECT 1 FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_id = ?"
+            return conn.execute(query, (row.thread_id, row.parent_id)).fetchone() is not None
+
+        check_commit(row, expected_head, head, parent_exists)
+        self._insert_row(conn, row, "?", (last_seq + 1,))
         conn.execute(
-            f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, "
-            "changed_keys, created_at, metadata, delta) "
-            f"VALUES (?, ?, (SELECT last_seq FROM {THREADS} WHERE thread_id = ?), ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO {THREADS} (thread_id, head_id, last_seq, created_at, updated_at, ttl, expires_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id) DO UPDATE SET head_id = excluded.head_id, "
+            "last_seq = excluded.last_seq, updated_at = excluded.updated_at, "
+            f"expires_at = CASE WHEN {THREADS}.ttl IS NULL THEN NULL ELSE ? + {THREADS}.ttl END",
             (
                 row.thread_id,
                 row.checkpoint_id,
+                last_seq + 1,
+                created,
+                created,
+                op.ttl,
+                now + op.ttl if op.ttl is not None else None,
+                now,
+            ),
+        )
+
+    @staticmethod
+    def _insert_row(conn: sqlite3.Connection, row: StoredCheckpoint, seq: str, seq_params: tuple[Any, ...]) -> None:
+        conn.execute(
+            f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, "
+            f"changed_keys, created_at, metadata, delta, snapshot, chain_bytes, base_bytes) VALUES (?, ?, {seq}, "
+            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
                 row.thread_id,
+                row.checkpoint_id,
+                *seq_params,
                 row.parent_id,
                 row.step,
                 row.source,
-                json.dumps(list(row.tool_names)),
-                json.dumps(list(row.changed_keys)),
-                created,
+                string_list_json(row.tool_names),
+                string_list_json(row.changed_keys),
+                row.created_at.isoformat(),
                 row.metadata,
                 row.delta,
+                row.snapshot,
+                row.chain_bytes,
+                row.base_bytes,
             ),
+        )
+
+    @staticmethod
+    def _visible_head(conn: sqlite3.Connection, thread_id: str, now: dt.datetime) -> str | None:
+        found = conn.execute(
+            f"SELECT head_id FROM {THREADS} WHERE thread_id = :thread AND {_VISIBLE}",
+            {"thread": thread_id, "now": _epoch(now)},
+        ).fetchone()
+        return str(found[0]) if found is not None else None
+
+    def _read_head(self, conn: sqlite3.Connection, op: ops.ReadHead) -> str | None:
+        return self._visible_head(conn, op.thread_id, op.now)
+
+    def _read_meta(self, conn: sqlite3.Connection, op: ops.ReadMeta) -> StoredCheckpoint:
+        conn.execute("BEGIN")
+        head = self._visible_head(conn, op.thread_id, op.now)
+        if head is None:
+            raise ThreadNotFoundError(op.thread_id)
+        target = head if op.checkpoint_id is None else op.checkpoint_id
+        found = conn.execute(
+            f"SELECT {_META}, '', NULL, chain_bytes, base_bytes FROM {CHECKPOINTS} "
+            "WHERE thread_id = ? AND checkpoint_id = ?",
+            (op.thread_id, target),
+        ).fetchone()
+        conn.execute("COMMIT")
+        if found is None:
+            raise CheckpointNotFoundError(op.thread_id, target)
+        return _row(found)
+
+    def _read_chain(self, conn: sqlite3.Connection, op: ops.ReadChain) -> list[ChainLink]:
+        chain: list[ChainLink] = []
+        seen: set[str] = set()
+        cursor = conn.execute(_CHAIN, {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "stop": op.stop_at})
+        for found in cursor:
+            chain.append(ChainLink(found[0], found[1], found[2], found[3]))
+            if found[0] in seen:  # a cycle: check_chain reports it
+                break
+            seen.add(found[0])
+        cursor.close()
+        chain.reverse()
+        return chain
+
+    def _read_history(self, conn: sqlite3.Connection, op: ops.ReadHistory) -> list[StoredCheckpoint]:
+        conn.execute("BEGIN")
+        if self._visible_head(conn, op.thread_id, op.now) is None:
+            raise ThreadNotFoundError(op.thread_id)
+        where, params = "thread_id = ?", [op.thread_id]
+        if op.before is not None:
+            found = conn.execute(
+                f"SELECT seq FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_id = ?", (op.thread_id, op.before)
+            ).fetchone()
+            if found is None:
+                raise CheckpointNotFoundError(op.thread_id, op.before)
+            where += " AND seq < ?"
+            params.append(found[0])
+        limit = f" LIMIT {int(op.limit)}" if op.limit is not None else ""
+        rows = conn.execute(
+            f"SELECT {_META}, '', CASE WHEN snapshot IS NULL THEN NULL ELSE '' END, chain_bytes, base_bytes "
+            f"FROM {CHECKPOINTS} WHERE {where} ORDER BY seq DESC{limit}",
+            params,
+        ).fetchall()
+        conn.execute("COMMIT")
+        return [_row(found) for found in rows]
+
+    def _read_threads(self, conn: sqlite3.Connection, op: ops.ReadThreads) -> list[ThreadInfo]:
+        rows = conn.execute(
+            f"SELECT t.thread_id, t.head_id, (SELECT count(*) FROM {CHECKPOINTS} AS c "
+            f"WHERE c.thread_id = t.thread_id), t.created_at, t.updated_at FROM {THREADS} AS t WHERE {_VISIBLE} "
+            "ORDER BY t.updated_at DESC, t.thread_id",
+            {"now": _epoch(op.now)},
+        ).fetchall()
+        return [ThreadInfo(r[0], r[1], int(r[2]), _time(r[3]), _time(r[4])) for r in rows]
+
+    def _delete(self, conn: sqlite3.Connection, op: ops.DeleteThread) -> bool:
+        params = {"thread": op.thread_id, "now": _epoch(op.now)}
+        if op.only_expired:
+            condition = (
+                f"expires_at IS NOT NULL AND expires_at <= :now AND NOT EXISTS (SELECT 1 FROM {LEASES} AS l "
+                "WHERE l.thread_id = :thread AND l.expires_at > :now)"
+            )
+        else:
+            condition = _VISIBLE
+        found = conn.execute(f"SELECT 1 FROM {THREADS} WHERE thread_id = :thread AND {condition}", params).fetchone()
+        exists = conn.execute(f"SELECT 1 FROM {THREADS} WHERE thread_id = ?", (op.thread_id,)).fetchone()
+        if exists is None or (found is None and op.only_expired):
+            return False
+        conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE thread_id = ?", (op.thread_id,))
+        conn.execute(f"DELETE FROM {THREADS} WHERE thread_id = ?", (op.thread_id,))
+        conn.execute(f"DELETE FROM {LEASES} WHERE thread_id = ?", (op.thread_id,))
+        return found is not None
+
+    def _prune_candidates(self, conn: sqlite3.Connection, op: ops.ReadPruneCandidates) -> tuple[list[str], list[str]]:
+        where = "WHERE thread_id = :thread" if op.thread_id is not None else ""
+        rows = conn.execute(
+            f"SELECT thread_id, expires_at IS NOT NULL AND expires_at <= :now FROM {THREADS} {where} "
+            "ORDER BY thread_id",
+            {"thread": op.thread_id, "now": _epoch(op.now)},
+        ).fetchall()
+        return [r[0] for r in rows if not r[1]], [r[0] for r in rows if r[1]]
+
+    def _set_snapshot(self, conn: sqlite3.Connection, op: ops.SetSnapshot) -> None:
+        conn.execute(
+            f"UPDATE {CHECKPOINTS} SET snapshot = ?, chain_bytes = 0, base_bytes = ? "
+            "WHERE thread_id = ? AND checkpoint_id = ?",
+            (op.snapshot, len(op.snapshot), op.thread_id, op.checkpoint_id),
+        )
+
+    def _delete_checkpoints(self, conn: sqlite3.Connection, op: ops.DeleteCheckpoints) -> int:
+        deleted = 0
+        for start in range(0, len(op.checkpoint_ids), 500):
+            batch = op.checkpoint_ids[start : start + 500]
+            marks = ", ".join("?" * len(batch))
+            deleted += conn.execute(
+                f"DELETE FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_id IN ({marks}) AND checkpoint_id "
+                f"NOT IN (SELECT head_id FROM {THREADS} WHERE thread_id = ?)",
+                (op.thread_id, *batch, op.thread_id),
+            ).rowcount
+        return deleted
+
+    def _set_ttl(self, conn: sqlite3.Connection, op: ops.SetTTL) -> bool:
+        found = conn.execute(
+            f"SELECT updated_at FROM {THREADS} WHERE thread_id = :thread AND {_VISIBLE}",
+            {"thread": op.thread_id, "now": _epoch(op.now)},
+        ).fetchone()
+        if found is None:
+            return False
+        expires = _time(found[0]).timestamp() + op.ttl if op.ttl is not None else None
+        conn.execute(
+            f"UPDATE {THREADS} SET ttl = ?, expires_at = ? WHERE thread_id = ?", (op.ttl, expires, op.thread_id)
         )
         return True
 
-    def _read_head(self, thread_id: str) -> str | None:
-        with self._connection() as conn:
-            found = conn.execute(f"SELECT head_id FROM {THREADS} WHERE thread_id = ?", (thread_id,)).fetchone()
-        return str(found[0]) if found is not None else None
+    def _acquire(self, conn: sqlite3.Connection, op: ops.AcquireLease) -> tuple[str, dt.datetime] | None:
+        found = conn.execute(f"SELECT owner, expires_at FROM {LEASES} WHERE thread_id = ?", (op.thread_id,)).fetchone()
+        if found is not None and found[0] != op.owner and found[1] > _epoch(op.now):
+            return (found[0], _from_epoch(found[1]))
+        conn.execute(
+            f"INSERT INTO {LEASES} (thread_id, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (thread_id) "
+            "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at",
+            (op.thread_id, op.owner, _epoch(op.expires_at)),
+        )
+        return None
 
-    def _read_meta(self, thread_id: str, checkpoint_id: str | None) -> StoredCheckpoint:
-        with self._transaction() as conn:
-            head = conn.execute(f"SELECT head_id FROM {THREADS} WHERE thread_id = ?", (thread_id,)).fetchone()
-            if head is None:
-                raise ThreadNotFoundError(thread_id)
-            target = head[0] if checkpoint_id is None else checkpoint_id
-            found = conn.execute(
-                f"SELECT {_META} FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_id = ?", (thread_id, target)
-            ).fetchone()
-        if found is None:
-            raise CheckpointNotFoundError(thread_id, target)
-        return _row(found)
+    def _renew(self, conn: sqlite3.Connection, op: ops.RenewLease) -> bool:
+        return (
+            conn.execute(
+                f"UPDATE {LEASES} SET expires_at = ? WHERE thread_id = ? AND owner = ?",
+                (_epoch(op.expires_at), op.thread_id, op.owner),
+            ).rowcount
+            == 1
+        )
 
-    def _read_chain(self, thread_id: str, checkpoint_id: str, stop_at: str | None) -> list[ChainLink]:
-        with self._connection() as conn:
-            rows = conn.execute(_CHAIN, {"thread": thread_id, "checkpoint": checkpoint_id, "stop": stop_at}).fetchall()
-        rows.sort(key=_depth, reverse=True)  # already in this order: one linear pass
-        return [ChainLink(found[0], found[1], found[2]) for found in rows]
+    def _release(self, conn: sqlite3.Connection, op: ops.ReleaseLease) -> bool:
+        query = f"DELETE FROM {LEASES} WHERE thread_id = ? AND owner = ?"
+        return conn.execute(query, (op.thread_id, op.owner)).rowcount == 1
 
-    def _read_history(self, thread_id: str) -> list[StoredCheckpoint]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_META} FROM {CHECKPOINTS} WHERE thread_id = ? ORDER BY seq DESC", (thread_id,)
-            ).fetchall()
-        return [_row(found) for found in rows]
-
-    def _read_threads(self) -> list[ThreadInfo]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT thread_id, head_id, last_seq, created_at, updated_at FROM {THREADS} "
-                "ORDER BY updated_at DESC, thread_id"
-            ).fetchall()
-        return [ThreadInfo(r[0], r[1], r[2], _time(r[3]), _time(r[4])) for r in rows]
-
-    def _delete(self, thread_id: str) -> bool:
-        with self._transaction("BEGIN IMMEDIATE") as conn:
-            conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE thread_id = ?", (thread_id,))
-            return conn.execute(f"DELETE FROM {THREADS} WHERE thread_id = ?", (thread_id,)).rowcount > 0
+    def _read_lease(self, conn: sqlite3.Connection, op: ops.ReadLease) -> tuple[str, dt.datetime] | None:
+        found = conn.execute(f"SELECT owner, expires_at FROM {LEASES} WHERE thread_id = ?", (op.thread_id,)).fetchone()
+        return (found[0], _from_epoch(found[1])) if found is not None else None
 
     @contextmanager
     def _raw_connection(self) -> Iterator[sqlite3.Connection]:
@@ -287,32 +507,27 @@ class SQLiteCheckpointer(Checkpointer):
             yield conn
 
 
-def _depth(found: Any) -> int:
-    return int(found[3])
-
-
 def _time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
 
 
 def _row(found: Any) -> StoredCheckpoint:
-    thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata = found[:9]
-    try:
-        names, keys = tuple(json.loads(tool_names)), tuple(json.loads(changed_keys))
-    except ValueError as error:
-        raise CheckpointError(f"Thread '{thread_id}', checkpoint '{checkpoint_id}': corrupt record: {error}") from None
-    return StoredCheckpoint(
-        thread_id=thread_id,
-        checkpoint_id=checkpoint_id,
-        parent_id=parent_id,
-        step=step,
-        source=source,
-        tool_names=names,
-        created_at=_time(created_at),
-        changed_keys=keys,
-        metadata=metadata,
-        delta=found[9] if len(found) > 9 else "",
+    return parse_row(
+        found[0], found[1], found[2], found[3], found[4], found[5], found[6], found[7], found[8], tuple(found[9:])
     )
+
+
+def _check_version(conn: sqlite3.Connection, path: str) -> None:
+    """For a read-only open: the file must hold this version's schema (it cannot be migrated)."""
+    try:
+        current = conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {MIGRATIONS_TABLE}").fetchone()[0]
+    except sqlite3.OperationalError:
+        current = 0
+    if current != len(MIGRATIONS):
+        raise CheckpointError(
+            f"SQLiteCheckpointer: '{path}' is at schema version {current}, and this haystack-state reads version "
+            f"{len(MIGRATIONS)}; a read-only file cannot be migrated (open it once writable to migrate it)."
+        )
 
 
 def _migrate(conn: sqlite3.Connection) -> None:

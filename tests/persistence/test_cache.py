@@ -21,6 +21,7 @@ from haystack_state.persistence import Checkpointer, delete, extend, register_ty
 from haystack_state.persistence.cache import MAX_TAIL, freeze_owned, fresh_copy
 from haystack_state.persistence.codec import decode, encode
 from haystack_state.persistence.delta import materialize
+from haystack_state.persistence.ops import ReadChain
 from haystack_state.values import FrozenDict, FrozenList, freeze, thaw
 
 if TYPE_CHECKING:
@@ -205,14 +206,15 @@ def test_warm_reads_equal_cold_reads_value_for_value(backend: Harness) -> None:
 def test_the_head_is_read_from_the_cache_after_many_commits(backend: Harness) -> None:
     cp = backend.make()
     fetched: list[int] = []
-    read_chain = cp._read_chain
+    execute = cp._execute
 
-    def counting(thread_id: str, checkpoint_id: str, stop_at: str | None) -> Any:
-        rows = read_chain(thread_id, checkpoint_id, stop_at)
-        fetched.append(len(rows))
-        return rows
+    def counting(op: Any) -> Any:
+        result = execute(op)
+        if isinstance(op, ReadChain):
+            fetched.append(len(result))
+        return result
 
-    cp._read_chain = counting  # type: ignore[method-assign]
+    cp._execute = counting  # type: ignore[method-assign]
     thread = new_thread()
     count = 3 * MAX_TAIL + 7
     commit_all(cp, thread, [{"log": extend([i]), "last": replace(i)} for i in range(count)])

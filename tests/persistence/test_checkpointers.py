@@ -19,6 +19,7 @@ from haystack_state.errors import (
 )
 from haystack_state.persistence import Checkpointer, CheckpointMeta, delete, extend, replace
 from haystack_state.persistence.delta import materialize
+from haystack_state.persistence.ops import ReadChain
 
 if TYPE_CHECKING:
     from conftest import Harness
@@ -469,7 +470,7 @@ def test_migrations_are_idempotent(backend: Harness) -> None:
     commit_all(first, thread, [{"x": replace(1)}])
     second = backend.make()
     third = backend.make()
-    assert backend.migrations(first) == backend.migrations(third) == [1]
+    assert backend.migrations(first) == backend.migrations(third) == [1, 2]
     assert second.get(thread).values == {"x": 1}
 
 
@@ -519,14 +520,15 @@ def test_bytes_written_per_step_stay_flat(backend: Harness) -> None:
 def test_reading_the_head_only_fetches_new_checkpoints(backend: Harness) -> None:
     cp = backend.make()
     fetched: list[int] = []
-    read_chain = cp._read_chain
+    execute = cp._execute
 
-    def counting(thread_id: str, checkpoint_id: str, stop_at: str | None) -> Any:
-        rows = read_chain(thread_id, checkpoint_id, stop_at)
-        fetched.append(len(rows))
-        return rows
+    def counting(op: Any) -> Any:
+        result = execute(op)
+        if isinstance(op, ReadChain):
+            fetched.append(len(result))
+        return result
 
-    cp._read_chain = counting  # type: ignore[method-assign]
+    cp._execute = counting  # type: ignore[method-assign]
     thread = new_thread()
     metas = commit_all(cp, thread, [{"log": extend([i])} for i in range(50)])
     assert cp.get(thread).values == {"log": list(range(50))}

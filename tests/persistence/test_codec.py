@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
 import decimal
@@ -30,6 +31,7 @@ from haystack.dataclasses import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from haystack_state import values as state_values
 from haystack_state.errors import CodecError
 from haystack_state.persistence import decode, dumps, encode, loads, register_type, registered_names
 
@@ -149,13 +151,45 @@ class FrozenList(list[Any]):
         raise TypeError("read-only")
 
 
-def test_dict_and_list_subclasses_encode_as_dict_and_list() -> None:
-    value = FrozenDict(items=FrozenList([1, FrozenDict(a=2)]))
+def test_read_only_state_containers_encode_as_dict_and_list() -> None:
+    value = state_values.FrozenDict(items=state_values.FrozenList([1, state_values.FrozenDict(a=2)]))
     assert encode(value) == {"items": [1, {"a": 2}]}
     back = roundtrip(value)
     assert type(back) is dict and type(back["items"]) is list and back == {"items": [1, {"a": 2}]}
-    message = ChatMessage.from_user("hi", meta=FrozenDict(tags=FrozenList(["a"])))
+    message = ChatMessage.from_user("hi", meta=state_values.FrozenDict(tags=state_values.FrozenList(["a"])))
     assert roundtrip(message) == ChatMessage.from_user("hi", meta={"tags": ["a"]})
+
+
+def test_collections_types_keep_their_type() -> None:
+    cases = [
+        collections.Counter({"a": 2, 5: 1}),
+        collections.OrderedDict([("b", 1), ("a", [2])]),
+        collections.defaultdict(list, {"a": [1]}),
+        collections.defaultdict(collections.Counter, {"a": collections.Counter(x=1)}),
+        collections.deque([1, (2, 3)], maxlen=4),
+        collections.deque(),
+    ]
+    for value in cases:
+        back = roundtrip(value)
+        assert type(back) is type(value) and back == value
+        assert getattr(back, "default_factory", None) == getattr(value, "default_factory", None)
+        assert getattr(back, "maxlen", None) == getattr(value, "maxlen", None)
+    assert list(roundtrip(collections.OrderedDict([("b", 1), ("a", 2)]))) == ["b", "a"]
+
+
+def test_other_dict_and_list_subclasses_are_refused_naming_the_key() -> None:
+    for value, kind in ((FrozenDict(a=1), "dict"), (FrozenList([1]), "list")):
+        with pytest.raises(CodecError, match=rf"State key 'k'.*{type(value).__name__}.*{kind} subclass"):
+            encode(value, key="k")
+    with pytest.raises(CodecError, match="default_factory"):
+        encode(collections.defaultdict(lambda: 0), key="k")
+    for stored in (
+        {"__type__": "defaultdict", "data": {"factory": "os.system", "items": {}}},
+        {"__type__": "deque", "data": {"items": [], "maxlen": -1}},
+        {"__type__": "Counter", "data": [1, 2]},
+    ):
+        with pytest.raises(CodecError, match="invalid stored"):
+            decode(stored, key="k")
 
 
 # --- haystack dataclasses ------------------------------------------------------------------------------------------
@@ -486,4 +520,5 @@ def test_every_builtin_tag_is_reserved() -> None:
 
     samples = [{1: 2}, (1,), {1}, frozenset({1}), b"", bytearray(), math.nan, dt.datetime(2020, 1, 1)]
     samples += [dt.date(2020, 1, 1), dt.time(1), dt.timedelta(1), decimal.Decimal(1), uuid.UUID(int=1)]
+    samples += [collections.Counter(), collections.OrderedDict(), collections.defaultdict(list), collections.deque()]
     assert {encode(sample)["__type__"] for sample in samples} == BUILTIN_TAGS

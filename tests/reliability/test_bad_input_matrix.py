@@ -809,7 +809,7 @@ CHECKPOINT_CASES = [
         "checkpoint-tool-names-corrupt",
         lambda w: w.fresh().history("t1"),
         CheckpointError,
-        ("'t1'", "'{w.t1[2]}'", "corrupt record"),
+        ("'t1'", "'{w.t1[2]}'", "corrupt", "'tool_names'"),
         prepare=lambda w: _row(w, w.t1[2], tool_names="[remember"),
     ),
     Case(
@@ -823,7 +823,7 @@ CHECKPOINT_CASES = [
         "checkpoint-parent-cycle",
         lambda w: w.fresh().get("t1"),
         CheckpointError,
-        ("'t1'", "'{w.t1[0]}'", "broken"),
+        ("'t1'", "'{w.t1[0]}'", "cycle"),
         prepare=lambda w: _row(w, w.t1[-1], parent_id=w.t1[0]),
     ),
     Case(

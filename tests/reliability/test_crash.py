@@ -38,7 +38,7 @@ import pytest
 from haystack.dataclasses import ChatMessage
 from persistence.conftest import Harness, PostgresHarness
 from workers import harness
-from workers.harness import store_spec
+from workers.harness import store_spec, wait_for_leases
 from workers.thread_worker import build_agent
 
 from haystack_state.persistence import Checkpointer, InMemoryCheckpointer
@@ -160,6 +160,7 @@ def crash_and_resume(store: Harness, folder: Path, runs: int, report: Callable[[
     kill_seconds = time.monotonic() - started
 
     cp = store.make()  # a fresh checkpointer: nothing cached from before the kills
+    lease_wait = wait_for_leases(cp, [outcome.plan.thread for outcome in killed])  # the dead runs' leases expire
     agent = build_agent(cp)
     problems: list[str] = []
     differ: set[int] = set()
@@ -226,7 +227,7 @@ def crash_and_resume(store: Harness, folder: Path, runs: int, report: Callable[[
         f"resumed({', '.join(f'{k}={v}' for k, v in sorted(resumed.items()))}) "
         f"lost-committed-steps={lost} unreadable-threads={unreadable} "
         f"final-states-equal={runs - unreadable - len(differ)}/{runs} "
-        f"kill-phase={kill_seconds:.1f}s total={time.monotonic() - started:.1f}s"
+        f"kill-phase={kill_seconds:.1f}s lease-wait={lease_wait:.1f}s total={time.monotonic() - started:.1f}s"
     )
     assert not problems, "\n".join(problems)
     assert lost == 0 and unreadable == 0

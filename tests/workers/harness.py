@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from persistence.conftest import (
@@ -38,9 +39,24 @@ __all__ = [
     "postgres_schema",
     "store",
     "store_spec",
+    "wait_for_leases",
 ]
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
+
+
+def wait_for_leases(cp: Any, thread_ids: list[str], timeout: float = 30.0) -> float:
+    """
+    Wait until no run holds a lease on these threads (a killed worker's lease expires on its own).
+
+    :returns: The seconds waited.
+    """
+    started = time.monotonic()
+    while any(cp.read_lease(thread_id) is not None for thread_id in thread_ids):
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"leases on {thread_ids} still held after {timeout} s")
+        time.sleep(0.05)
+    return time.monotonic() - started
 
 
 def _harness(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Harness:

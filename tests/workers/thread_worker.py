@@ -9,7 +9,8 @@ process) produce equal states.
 Run as a worker (``python -m workers.thread_worker``, with ``tests/`` as the working directory)::
 
     --store sqlite:/path/db.sqlite | postgres:<dsn>#<schema>
-    --thread T --message "alpha:3" [--topic T] [--interrupt] [--block tool:alpha-2 | model:alpha@3 --signal FILE]
+    --thread T --message "alpha:3" [--topic T] [--interrupt]
+    [--block tool:alpha-2 | model:alpha@3 --signal FILE [--hold SECONDS]]
     [--custom-type]
 
 ``--block`` makes the worker write ``FILE`` and hang when the ``write`` tool is called with that text (``tool:``) or
@@ -54,6 +55,9 @@ def _maybe_block(where: str, label: str) -> None:
         raise RuntimeError(f"simulated failure at {where}:{label}")
     if BLOCK.get("where") == where and BLOCK.get("label") == label:
         Path(BLOCK["signal"]).write_text(label)
+        if BLOCK.get("hold"):  # a long call: hang this long, then go on
+            time.sleep(float(BLOCK["hold"]))
+            return
         deadline = time.monotonic() + HANG_SECONDS
         while time.monotonic() < deadline:
             time.sleep(0.05)
@@ -113,18 +117,22 @@ def build_agent(checkpointer: Checkpointer | None, **kwargs: Any) -> Agent:
     )
 
 
+#: Workers hold short leases, so the tests that kill them wait little for a takeover.
+WORKER_LEASE_TTL = 1.5
+
+
 def open_store(spec: str) -> Checkpointer:
-    """Open ``sqlite:<path>`` or ``postgres:<dsn>#<schema>``."""
+    """Open ``sqlite:<path>`` or ``postgres:<dsn>#<schema>``, with leases of :data:`WORKER_LEASE_TTL` seconds."""
     kind, _, target = spec.partition(":")
     if kind == "sqlite":
         from haystack_state.persistence import SQLiteCheckpointer
 
-        return SQLiteCheckpointer(target)
+        return SQLiteCheckpointer(target, lease_ttl=WORKER_LEASE_TTL)
     if kind == "postgres":
         from haystack_state.persistence.postgres import PostgresCheckpointer
 
         dsn, _, schema = target.rpartition("#")
-        return PostgresCheckpointer(dsn, schema=schema, max_connections=2)
+        return PostgresCheckpointer(dsn, schema=schema, max_connections=2, lease_ttl=WORKER_LEASE_TTL)
     raise SystemExit(f"unknown store {spec!r}")
 
 
@@ -137,11 +145,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--interrupt", action="store_true")
     parser.add_argument("--block")
     parser.add_argument("--signal")
+    parser.add_argument("--hold", help="with --block: hang this many seconds, then go on (a long call)")
     parser.add_argument("--custom-type", action="store_true")
     args = parser.parse_args(argv)
     if args.block:
         where, _, label = args.block.partition(":")
-        BLOCK.update(where=where, label=label, signal=args.signal)
+        BLOCK.update(where=where, label=label, signal=args.signal, hold=args.hold or "")
     with open_store(args.store) as checkpointer:
         if args.custom_type:
             from workers.custom_types import run_with_custom_type

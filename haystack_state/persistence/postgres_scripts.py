@@ -1,0 +1,333 @@
+"""
+The SQL of :class:`~haystack_state.persistence.postgres.PostgresCheckpointer`, one *script* per operation: a
+generator that yields statements (:class:`Stmt`) and receives their results, so the sync and the async connection
+run the same script.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Generator
+from typing import Any
+
+from psycopg import sql
+
+from haystack_state.errors import CheckpointError, CheckpointNotFoundError, ThreadNotFoundError
+from haystack_state.persistence import ops
+from haystack_state.persistence.base import check_commit, conflict_error
+from haystack_state.persistence.leases import busy_error
+from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo, parse_row, string_list_json
+
+__all__ = ["ALL", "COUNT", "NONE", "ONE", "PostgresScripts", "Script", "Stmt"]
+
+_META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
+_APPEND = """
+    WITH moved AS (
+        UPDATE {threads} SET head_id = %(id)s, last_seq = last_seq + 1, updated_at = %(created)s,
+            expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE %(now)s + ttl END
+        WHERE thread_id = %(thread)s AND head_id = %(expected)s AND (expires_at IS NULL OR expires_at > %(now)s)
+        AND (%(owner)s::text IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {leases} WHERE thread_id = %(thread)s AND owner <> %(owner)s AND expires_at > %(now)s))
+        RETURNING last_seq
+    )
+    INSERT INTO {checkpoints} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, changed_keys,
+        created_at, metadata, delta, snapshot, chain_bytes, base_bytes)
+    SELECT %(thread)s, %(id)s, last_seq, %(parent)s, %(step)s, %(source)s, %(tools)s, %(keys)s, %(created)s,
+        %(metadata)s, %(delta)s, %(snapshot)s, %(chain)s, %(base)s FROM moved
+"""
+_VISIBLE = "(expires_at IS NULL OR expires_at > %(now)s)"
+ONE, ALL, COUNT, NONE = "one", "all", "count", "none"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stmt:
+    """
+    One SQL statement of a script, and what its result is: ``one`` row, ``all`` rows, a row ``count``, nothing.
+    ``alone``: the statement may run as a transaction of its own (one round trip) when it is the first of its script.
+    """
+
+    query: sql.Composed
+    params: Any
+    fetch: str = NONE
+    alone: bool = False
+
+
+Script = Generator[Stmt, Any, Any]
+
+
+def _epoch(moment: dt.datetime) -> float:
+    return moment.timestamp()
+
+
+def _from_epoch(value: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(value, dt.UTC)
+
+
+class PostgresScripts:
+    """The scripts of each operation; the checkpointer provides ``_q`` (a template with the table names filled in)."""
+
+    def _q(self, template: str) -> sql.Composed:
+        raise NotImplementedError
+
+    def _insert(self, op: ops.Insert) -> Script:
+        row, expected_head, now = op.row, op.expected_head, _epoch(op.now)
+        if op.lease_owner is not None:
+            query = self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s")
+            holder = yield Stmt(query, (row.thread_id,), ONE)
+            if holder is not None and holder[0] != op.lease_owner and holder[1] > now:
+                raise busy_error(row.thread_id, holder[0], _from_epoch(holder[1]))
+        if expected_head is not None and row.parent_id == expected_head:
+            # The common commit, a child of the expected head, in one statement (one round trip): move the head if
+            # it is the expected one and no other owner holds a live lease, and insert the row. If nothing moved,
+            # the full path below finds out why.
+            inserted = yield Stmt(self._q(_APPEND), self._row_params(row, op, expected_head), COUNT, alone=True)
+            if inserted == 1:
+                return None
+        query = self._q("SELECT head_id, last_seq, expires_at FROM {threads} WHERE thread_id = %s FOR UPDATE")
+        found = yield Stmt(query, (row.thread_id,), ONE)
+        expired = found is not None and found[2] is not None and found[2] <= now
+        if expired and expected_head is None:  # invisible already: the new thread replaces it
+            yield Stmt(self._q("DELETE FROM {checkpoints} WHERE thread_id = %s"), (row.thread_id,))
+            yield Stmt(self._q("DELETE FROM {threads} WHERE thread_id = %s"), (row.thread_id,))
+            found = None
+        head, last_seq = (found[0], int(found[1])) if found is not None and not expired else (None, 0)
+        parent_exists = True
+        if row.parent_id is not None and head is not None and row.parent_id != head:
+            query = self._q("SELECT 1 FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = %s")
+            parent_exists = (yield Stmt(query, (row.thread_id, row.parent_id), ONE)) is not None
+        check_commit(row, expected_head, head, lambda: parent_exists)
+        if found is None:
+            # A new thread: the primary key decides between concurrent creators (the loser inserts nothing).
+            created = yield Stmt(
+                self._q(
+                    "INSERT INTO {threads} (thread_id, head_id, last_seq, created_at, updated_at, ttl, expires_at) "
+                    "VALUES (%s, %s, 1, %s, %s, %s, %s) ON CONFLICT (thread_id) DO NOTHING"
+                ),
+                (
+                    row.thread_id,
+                    row.checkpoint_id,
+                    row.created_at,
+                    row.created_at,
+                    op.ttl,
+                    now + op.ttl if op.ttl is not None else None,
+                ),
+                COUNT,
+            )
+            if created != 1:
+                actual = yield Stmt(
+                    self._q("SELECT head_id FROM {threads} WHERE thread_id = %s"), (row.thread_id,), ONE
+                )
+                raise conflict_error(row.thread_id, expected_head, actual[0] if actual is not None else None)
+        else:
+            yield Stmt(
+                self._q(
+                    "UPDATE {threads} SET head_id = %s, last_seq = %s, updated_at = %s, "
+                    "expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE %s + ttl END WHERE thread_id = %s"
+                ),
+                (row.checkpoint_id, last_seq + 1, row.created_at, now, row.thread_id),
+            )
+        yield Stmt(
+            self._q(
+                "INSERT INTO {checkpoints} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, "
+                "changed_keys, created_at, metadata, delta, snapshot, chain_bytes, base_bytes) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            ),
+            (
+                row.thread_id,
+                row.checkpoint_id,
+                last_seq + 1,
+                row.parent_id,
+                row.step,
+                row.source,
+                string_list_json(row.tool_names),
+                string_list_json(row.changed_keys),
+                row.created_at,
+                row.metadata,
+                row.delta,
+                row.snapshot,
+                row.chain_bytes,
+                row.base_bytes,
+            ),
+        )
+
+    @staticmethod
+    def _row_params(row: StoredCheckpoint, op: ops.Insert, expected_head: str) -> dict[str, Any]:
+        return {
+            "thread": row.thread_id,
+            "id": row.checkpoint_id,
+            "expected": expected_head,
+            "owner": op.lease_owner,
+            "now": _epoch(op.now),
+            "parent": row.parent_id,
+            "step": row.step,
+            "source": row.source,
+            "tools": string_list_json(row.tool_names),
+            "keys": string_list_json(row.changed_keys),
+            "created": row.created_at,
+            "metadata": row.metadata,
+            "delta": row.delta,
+            "snapshot": row.snapshot,
+            "chain": row.chain_bytes,
+            "base": row.base_bytes,
+        }
+
+    def _visible_head(self, thread_id: str, now: dt.datetime) -> Script:
+        query = self._q(f"SELECT head_id FROM {{threads}} WHERE thread_id = %(thread)s AND {_VISIBLE}")
+        found = yield Stmt(query, {"thread": thread_id, "now": _epoch(now)}, ONE)
+        return str(found[0]) if found is not None else None
+
+    def _read_head(self, op: ops.ReadHead) -> Script:
+        return (yield from self._visible_head(op.thread_id, op.now))
+
+    def _read_meta(self, op: ops.ReadMeta) -> Script:
+        # One round trip in the common case: the thread's visible head and the row, joined.
+        query = self._q(
+            f"SELECT {', '.join('c.' + column for column in _META.split(', '))}, '', NULL, c.chain_bytes, "
+            "c.base_bytes FROM {threads} AS t JOIN {checkpoints} AS c ON c.thread_id = t.thread_id "
+            "AND c.checkpoint_id = COALESCE(%(checkpoint)s, t.head_id) WHERE t.thread_id = %(thread)s "
+            "AND (t.expires_at IS NULL OR t.expires_at > %(now)s)"
+        )
+        params = {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "now": _epoch(op.now)}
+        found = yield Stmt(query, params, ONE)
+        if found is not None:
+            return _row(found)
+        head = yield from self._visible_head(op.thread_id, op.now)
+        if head is None:
+            raise ThreadNotFoundError(op.thread_id)
+        raise CheckpointNotFoundError(op.thread_id, head if op.checkpoint_id is None else op.checkpoint_id)
+
+    def _read_chain(self, op: ops.ReadChain) -> Script:
+        # Each step of the walk is one primary-key lookup (LATERAL ... LIMIT 1 keeps the planner from hash-joining
+        # the whole thread at every step); it stops at a snapshot, at ``stop`` or at the root. PostgreSQL evaluates
+        # only the rows the outer LIMIT takes, so a corrupt, cyclic chain stops after as many rows as the thread has.
+        query = self._q(
+            "WITH RECURSIVE chain AS ("
+            " SELECT checkpoint_id, parent_id, delta, snapshot FROM {checkpoints}"
+            " WHERE thread_id = %(thread)s AND checkpoint_id = %(checkpoint)s"
+            " UNION ALL"
+            " SELECT p.* FROM chain CROSS JOIN LATERAL ("
+            " SELECT checkpoint_id, parent_id, delta, snapshot FROM {checkpoints} AS c"
+            " WHERE c.thread_id = %(thread)s AND c.checkpoint_id = chain.parent_id LIMIT 1) AS p"
+            " WHERE chain.parent_id IS DISTINCT FROM %(stop)s::text AND chain.snapshot IS NULL"
+            ") SELECT checkpoint_id, parent_id, delta, snapshot FROM chain"
+            " LIMIT (SELECT count(*) + 1 FROM {checkpoints} WHERE thread_id = %(thread)s)"
+        )
+        rows = yield Stmt(query, {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "stop": op.stop_at}, ALL)
+        return [ChainLink(found[0], found[1], found[2], found[3]) for found in reversed(rows)]
+
+    def _read_history(self, op: ops.ReadHistory) -> Script:
+        if (yield from self._visible_head(op.thread_id, op.now)) is None:
+            raise ThreadNotFoundError(op.thread_id)
+        where, params = "thread_id = %s", [op.thread_id]
+        if op.before is not None:
+            query = self._q("SELECT seq FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = %s")
+            found = yield Stmt(query, (op.thread_id, op.before), ONE)
+            if found is None:
+                raise CheckpointNotFoundError(op.thread_id, op.before)
+            where += " AND seq < %s"
+            params.append(found[0])
+        limit = f" LIMIT {int(op.limit)}" if op.limit is not None else ""
+        query = self._q(
+            f"SELECT {_META}, '', CASE WHEN snapshot IS NULL THEN NULL ELSE '' END, chain_bytes, base_bytes "
+            f"FROM {{checkpoints}} WHERE {where} ORDER BY seq DESC{limit}"
+        )
+        rows = yield Stmt(query, params, ALL)
+        return [_row(found) for found in rows]
+
+    def _read_threads(self, op: ops.ReadThreads) -> Script:
+        query = self._q(
+            "SELECT t.thread_id, t.head_id, (SELECT count(*) FROM {checkpoints} AS c WHERE c.thread_id = t.thread_id), "
+            f"t.created_at, t.updated_at FROM {{threads}} AS t WHERE {_VISIBLE} ORDER BY t.updated_at DESC, t.thread_id"
+        )
+        rows = yield Stmt(query, {"now": _epoch(op.now)}, ALL)
+        return [ThreadInfo(r[0], r[1], int(r[2]), _utc(r[3]), _utc(r[4])) for r in rows]
+
+    def _delete(self, op: ops.DeleteThread) -> Script:
+        params = {"thread": op.thread_id, "now": _epoch(op.now)}
+        if op.only_expired:
+            condition = (
+                "expires_at IS NOT NULL AND expires_at <= %(now)s AND NOT EXISTS (SELECT 1 FROM {leases} AS l "
+                "WHERE l.thread_id = %(thread)s AND l.expires_at > %(now)s)"
+            )
+        else:
+            condition = _VISIBLE
+        query = self._q(f"SELECT {condition} FROM {{threads}} WHERE thread_id = %(thread)s FOR UPDATE")
+        found = yield Stmt(query, params, ONE)
+        if found is None or (op.only_expired and not found[0]):
+            return False
+        yield Stmt(self._q("DELETE FROM {checkpoints} WHERE thread_id = %s"), (op.thread_id,))
+        yield Stmt(self._q("DELETE FROM {threads} WHERE thread_id = %s"), (op.thread_id,))
+        yield Stmt(self._q("DELETE FROM {leases} WHERE thread_id = %s"), (op.thread_id,))
+        return bool(found[0])
+
+    def _prune_candidates(self, op: ops.ReadPruneCandidates) -> Script:
+        where = "WHERE thread_id = %(thread)s" if op.thread_id is not None else ""
+        query = self._q(
+            f"SELECT thread_id, expires_at IS NOT NULL AND expires_at <= %(now)s FROM {{threads}} {where} "
+            "ORDER BY thread_id"
+        )
+        rows = yield Stmt(query, {"thread": op.thread_id, "now": _epoch(op.now)}, ALL)
+        return [r[0] for r in rows if not r[1]], [r[0] for r in rows if r[1]]
+
+    def _set_snapshot(self, op: ops.SetSnapshot) -> Script:
+        query = self._q(
+            "UPDATE {checkpoints} SET snapshot = %s, chain_bytes = 0, base_bytes = %s "
+            "WHERE thread_id = %s AND checkpoint_id = %s"
+        )
+        yield Stmt(query, (op.snapshot, len(op.snapshot), op.thread_id, op.checkpoint_id), alone=True)
+
+    def _delete_checkpoints(self, op: ops.DeleteCheckpoints) -> Script:
+        query = self._q(
+            "DELETE FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = ANY(%s) AND checkpoint_id NOT IN "
+            "(SELECT head_id FROM {threads} WHERE thread_id = %s)"
+        )
+        return (yield Stmt(query, (op.thread_id, list(op.checkpoint_ids), op.thread_id), COUNT))
+
+    def _set_ttl(self, op: ops.SetTTL) -> Script:
+        query = self._q(
+            "UPDATE {threads} SET ttl = %(ttl)s, expires_at = CASE WHEN %(ttl)s::double precision IS NULL THEN NULL "
+            f"ELSE extract(epoch FROM updated_at) + %(ttl)s END WHERE thread_id = %(thread)s AND {_VISIBLE}"
+        )
+        params = {"ttl": op.ttl, "thread": op.thread_id, "now": _epoch(op.now)}
+        return (yield Stmt(query, params, COUNT, alone=True)) == 1
+
+    def _acquire(self, op: ops.AcquireLease) -> Script:
+        # Insert, or take over an expired lease or one's own, in one statement; otherwise the holder comes back.
+        query = self._q(
+            "INSERT INTO {leases} AS l (thread_id, owner, expires_at) VALUES (%(thread)s, %(owner)s, %(expires)s) "
+            "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
+            "WHERE l.owner = excluded.owner OR l.expires_at <= %(now)s RETURNING 1"
+        )
+        params = {"thread": op.thread_id, "owner": op.owner, "expires": _epoch(op.expires_at), "now": _epoch(op.now)}
+        for _ in range(3):  # a holder that releases between the two statements: try again
+            if (yield Stmt(query, params, ONE, alone=True)) is not None:
+                return None
+            holder = yield Stmt(
+                self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s"), (op.thread_id,), ONE
+            )
+            if holder is not None:
+                return (holder[0], _from_epoch(holder[1]))
+        raise CheckpointError(f"Thread '{op.thread_id}': the lease could not be acquired (it kept changing hands).")
+
+    def _renew(self, op: ops.RenewLease) -> Script:
+        query = self._q("UPDATE {leases} SET expires_at = %s WHERE thread_id = %s AND owner = %s")
+        return (yield Stmt(query, (_epoch(op.expires_at), op.thread_id, op.owner), COUNT, alone=True)) == 1
+
+    def _release(self, op: ops.ReleaseLease) -> Script:
+        query = self._q("DELETE FROM {leases} WHERE thread_id = %s AND owner = %s")
+        return (yield Stmt(query, (op.thread_id, op.owner), COUNT, alone=True)) == 1
+
+    def _read_lease(self, op: ops.ReadLease) -> Script:
+        found = yield Stmt(self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s"), (op.thread_id,), ONE)
+        return (found[0], _from_epoch(found[1])) if found is not None else None
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value.astimezone(dt.UTC)
+
+
+def _row(found: Any) -> StoredCheckpoint:
+    return parse_row(
+        found[0], found[1], found[2], found[3], found[4], found[5], found[6], found[7], found[8], tuple(found[9:])
+    )

@@ -1,0 +1,189 @@
+"""
+Reading a checkpoint's state: materializing it from the head cache, the nearest snapshot or the root, decoding what
+survives, and keeping the cache in step with commits. A mixin of :class:`~haystack_state.persistence.base.Checkpointer`;
+its methods are flows (see :mod:`haystack_state.persistence.ops`) that yield the reads they need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from haystack_state.errors import CodecError
+from haystack_state.persistence import ops
+from haystack_state.persistence.cache import HeadCache, apply_frozen, freeze_delta, freeze_state
+from haystack_state.persistence.chain import (
+    check_chain,
+    compose_chain,
+    corrupt_error,
+    encoded_values,
+    extend_error,
+    parse_delta,
+)
+from haystack_state.persistence.codec import decode, from_json
+from haystack_state.persistence.delta import ExtendError, check_extends
+from haystack_state.persistence.ops import Flow
+from haystack_state.persistence.records import ChainLink, CheckpointMeta, StoredCheckpoint
+
+__all__ = ["Materialized", "StateReader", "adopt_op", "decode_op_values"]
+
+
+def decode_op_values(op: Mapping[str, Any], key: str) -> dict[str, Any]:
+    if op["op"] == "extend":
+        return {"op": "extend", "items": decode(op.get("items"), key=key)}
+    if op["op"] == "replace":
+        return {"op": "replace", "value": decode(op.get("value"), key=key)}
+    return {"op": "delete"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Materialized:
+    """A materialized state: frozen (maybe shared with the cache), or freshly decoded and owned by no one."""
+
+    frozen: dict[str, Any] | None
+    plain: dict[str, Any] | None
+
+
+def adopt_op(op: Mapping[str, Any]) -> dict[str, Any]:
+    """A delta operation whose values are a State's read-only values, as the cache holds it (no copy of the values)."""
+    if op["op"] == "extend":
+        return {"op": "extend", "items": list(op["items"])}
+    if op["op"] == "replace":
+        return {"op": "replace", "value": op["value"]}
+    return {"op": "delete"}
+
+
+class StateReader:
+    """The reading side of a checkpointer (its head cache, materializing and decoding states)."""
+
+    _cache: HeadCache
+
+    def _meta(self, row: StoredCheckpoint, metadata: dict[str, Any] | None = None) -> CheckpointMeta:
+        """Build a row's record, decoding its metadata unless given (decoded already)."""
+        if metadata is None:
+            try:
+                metadata = {} if row.metadata == "{}" else decode(from_json(row.metadata), where="metadata")
+            except CodecError as error:
+                raise corrupt_error(row.thread_id, row.checkpoint_id, error) from None
+            if not isinstance(metadata, dict):
+                raise corrupt_error(row.thread_id, row.checkpoint_id, CodecError("metadata is not a mapping"))
+        return CheckpointMeta(
+            thread_id=row.thread_id,
+            checkpoint_id=row.checkpoint_id,
+            parent_id=row.parent_id,
+            step=row.step,
+            source=row.source,
+            tool_names=row.tool_names,
+            created_at=row.created_at,
+            changed_keys=row.changed_keys,
+            metadata=metadata,
+        )
+
+    def _materialize(self, row: StoredCheckpoint, *, cache: bool, read_only: bool) -> Flow[Materialized]:
+        """
+        Build the state at ``row``: from the cached state if the row is the cached checkpoint or descends from it
+        (decoding only the deltas since), otherwise from the nearest snapshot or the root (decoding only the values
+        that survive).
+
+        :param row: The checkpoint.
+        :param cache: Whether to cache the result as the thread's head state.
+        :param read_only: Whether the caller takes a frozen state (then a state decoded from storage is frozen in
+            place and shared with the cache, rather than copied for it).
+        """
+        thread_id, checkpoint_id = row.thread_id, row.checkpoint_id
+        cached = self._cache.get(thread_id)
+        if cached is not None and cached[0] == checkpoint_id:
+            return Materialized(frozen=cached[1], plain=None)
+        stop_at = cached[0] if cached is not None else None
+        chain: list[ChainLink] = yield ops.ReadChain(thread_id, checkpoint_id, stop_at)
+        check_chain(thread_id, checkpoint_id, stop_at, chain)
+        if cached is not None and chain[0].parent_id == stop_at:
+            try:
+                composed, origins = compose_chain(thread_id, chain, from_snapshot=False)
+                check_extends(cached[1], origins)
+                decoded = yield from self._decode_delta(row, composed)
+                frozen = apply_frozen(cached[1], decoded)
+            except ExtendError:
+                # A delta extends a value that is not a list; the walk from the root names the checkpoint exactly.
+                chain = yield ops.ReadChain(thread_id, checkpoint_id, None)
+                check_chain(thread_id, checkpoint_id, None, chain)
+            else:
+                if cache:
+                    self._cache.put(thread_id, checkpoint_id, frozen, (row.chain_bytes, row.base_bytes))
+                return Materialized(frozen=frozen, plain=None)
+        try:
+            composed, _ = compose_chain(thread_id, chain, from_snapshot=chain[0].snapshot is not None)
+        except ExtendError as error:
+            raise extend_error(thread_id, error, error.checkpoint_id or checkpoint_id) from None
+        encoded = encoded_values(composed)
+        plain = yield from self._decode_state(row, encoded)
+        if cache and self._cache.size > 0:
+            try:
+                frozen = freeze_state(plain, owned=read_only)
+            except Exception:  # the cache is an optimization: a value it cannot freeze is simply not cached
+                self._cache.drop(thread_id)
+                if read_only:
+                    plain = yield from self._decode_state(row, encoded)
+                return Materialized(frozen=None, plain=plain)
+            self._cache.put(thread_id, checkpoint_id, frozen, (row.chain_bytes, row.base_bytes))
+            if read_only:
+                return Materialized(frozen=frozen, plain=None)
+        return Materialized(frozen=None, plain=plain)
+
+    def _decode_delta(self, row: StoredCheckpoint, delta: Mapping[str, Mapping[str, Any]]) -> Flow[dict[str, Any]]:
+        try:
+            return {key: decode_op_values(op, key) for key, op in delta.items()}
+        except CodecError as error:
+            culprit = yield from self._find_unreadable(row)
+            raise corrupt_error(row.thread_id, culprit, error) from None
+
+    def _decode_state(self, row: StoredCheckpoint, state: dict[str, Any]) -> Flow[dict[str, Any]]:
+        try:
+            return {key: decode(value, key=key) for key, value in state.items()}
+        except CodecError as error:
+            culprit = yield from self._find_unreadable(row)
+            raise corrupt_error(row.thread_id, culprit, error) from None
+
+    def _find_unreadable(self, row: StoredCheckpoint) -> Flow[str]:
+        """Find the checkpoint whose delta holds the value that failed to decode (slow path, errors only)."""
+        chain: list[ChainLink] = yield ops.ReadChain(row.thread_id, row.checkpoint_id, None)
+        for link in chain:
+            if link is chain[0] and link.snapshot is not None:
+                try:
+                    for key, value in encoded_values(
+                        compose_chain(row.thread_id, [link], from_snapshot=True)[0]
+                    ).items():
+                        decode(value, key=key)
+                except CodecError:
+                    return link.checkpoint_id
+                continue
+            for key, op in parse_delta(row.thread_id, link.checkpoint_id, link.delta).items():
+                try:
+                    decode_op_values(op, key)
+                except CodecError:
+                    return link.checkpoint_id
+        return row.checkpoint_id
+
+    def _advance_cache(
+        self,
+        row: StoredCheckpoint,
+        encoded: Mapping[str, Mapping[str, Any]],
+        frozen: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """
+        After a commit, move the cached state to the new head: adopting the committed delta's values when they are a
+        State's read-only values already (``frozen``: nothing decoded or copied, each value held once in the process),
+        otherwise decoding and freezing only the delta.
+        """
+        if self._cache.size <= 0:
+            return
+        try:
+            if frozen is not None:
+                delta = {key: adopt_op(op) for key, op in frozen.items()}
+            else:
+                delta = freeze_delta({key: decode_op_values(op, key) for key, op in encoded.items()})
+        except Exception:  # the commit is written: a delta the cache cannot take only costs the cache entry
+            self._cache.drop(row.thread_id)
+            return
+        self._cache.advance(row.thread_id, row.parent_id, row.checkpoint_id, delta, (row.chain_bytes, row.base_bytes))
