@@ -54,8 +54,8 @@ __all__ = [
     "type_name",
 ]
 
-ENTRY_FIELDS = ("type", "handler", "default", "description", "scope")
-SCOPES = ("thread", "run")
+ENTRY_FIELDS = ("type", "handler", "default", "description", "scope", "loader", "input", "output")
+SCOPES = ("thread", "run", "input", "loaded")
 # haystack-ai's own default handlers (in schemas written for it, or serialized by it) are the same functions as
 # ours; reading them as ours keeps merge_lists appends O(1).
 _SAME_HANDLERS = ((haystack_merge_lists, merge_lists), (haystack_replace_values, replace_values))
@@ -327,8 +327,14 @@ class FieldSpec:
     :param default: The default value (stored frozen, see :func:`haystack_state.values.freeze`) or factory, or
         ``FieldSpec.NO_DEFAULT``.
     :param description: A description for people (notebooks, the CLI, serialisations).
-    :param scope: On a durable thread, ``"thread"`` (the default: the value is kept across the thread's runs) or
-        ``"run"`` (reset to the default at the start of every run, for turn-scoped values).
+    :param scope: The value's lifecycle on a durable thread: ``"thread"`` (the default: kept across the thread's
+        runs), ``"run"`` (reset to the default at the start of every run, for turn-scoped values), ``"input"``
+        (set by the caller when a run starts, read-only to tools and hooks, stored with the run), or ``"loaded"``
+        (computed by ``loader`` at the start of every run, never stored).
+    :param loader: For a ``"loaded"`` field: ``loader(context, state) -> value`` (sync or async), given the run's
+        ``RunContext`` and its State.
+    :param is_input: Whether the key is an input of the Agent (``"input": False`` makes it private to the agent).
+    :param is_output: Whether the key is an output of the Agent (``"output": False`` keeps it out of the result).
     """
 
     NO_DEFAULT: typing.ClassVar[Any] = _MISSING
@@ -340,6 +346,9 @@ class FieldSpec:
     default: Any = _MISSING
     description: str | None = None
     scope: str = "thread"
+    loader: Callable[..., Any] | None = None
+    is_input: bool = True
+    is_output: bool = True
     # A default that build_schema made (calling the factory) to check it; the state built next uses it, so a
     # factory runs once per state.
     _prebuilt: list[Any] = dataclasses.field(default_factory=list, compare=False, repr=False)
@@ -404,6 +413,12 @@ class FieldSpec:
             entry["description"] = self.description
         if self.scope != "thread":
             entry["scope"] = self.scope
+        if self.loader is not None:
+            entry["loader"] = self.loader
+        if not self.is_input:
+            entry["input"] = False
+        if not self.is_output:
+            entry["output"] = False
         return entry
 
 
@@ -440,9 +455,22 @@ def _entry_problems(key: Any, entry: Any) -> list[str]:
         problems.append(f"Key '{key}': 'description' must be a string, got {type(description).__name__}.")
     scope = entry.get("scope", "thread")
     if scope not in SCOPES:
-        problems.append(f"Key '{key}': 'scope' must be 'thread' or 'run', got {scope!r}.")
+        problems.append(f"Key '{key}': 'scope' must be one of {', '.join(map(repr, SCOPES))}, got {scope!r}.")
     elif key == "messages" and scope != "thread":
         problems.append("Key 'messages': its scope is always 'thread' (the conversation is kept across runs).")
+    loader = entry.get("loader")
+    if scope == "loaded" and not callable(loader):
+        problems.append(
+            f"Key '{key}': a 'loaded' field needs a 'loader': a callable loader(context, state) -> value, "
+            f"got {loader!r}."
+        )
+    elif loader is not None and scope != "loaded":
+        problems.append(f"Key '{key}': 'loader' is only for fields with \"scope\": \"loaded\" (scope is {scope!r}).")
+    for view in ("input", "output"):
+        if view in entry and not isinstance(entry[view], bool):
+            problems.append(f"Key '{key}': '{view}' must be True or False, got {entry[view]!r}.")
+        elif key == "messages" and entry.get(view, True) is False:
+            problems.append(f"Key 'messages' is always an {view} of the Agent; '{view}': False is not allowed.")
     return problems
 
 
@@ -480,6 +508,9 @@ def build_schema(schema: Mapping[str, Any]) -> dict[str, FieldSpec]:
             default=default,
             description=entry.get("description"),
             scope=entry.get("scope", "thread"),
+            loader=entry.get("loader"),
+            is_input=entry.get("input", True),
+            is_output=entry.get("output", True),
         )
         if spec.has_default:
             try:
@@ -515,6 +546,12 @@ def schema_to_dict(specs: Mapping[str, FieldSpec]) -> dict[str, Any]:
                 entry["description"] = spec.description
             if spec.scope != "thread":
                 entry["scope"] = spec.scope
+            if spec.loader is not None:
+                entry["loader"] = serialize_callable(spec.loader)
+            if not spec.is_input:
+                entry["input"] = False
+            if not spec.is_output:
+                entry["output"] = False
             if spec.has_default:
                 if spec.default_is_factory:
                     if isinstance(spec.default, type):
@@ -570,11 +607,14 @@ def schema_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
                 item["default"] = _deserialize_value_with_schema(entry["default_serialized"])
             elif "default" in entry:
                 item["default"] = entry["default"]
+            if entry.get("loader"):
+                item["loader"] = deserialize_callable(entry["loader"])
         except Exception as exc:
             raise StateSerializationError(f"Serialized schema key '{key}' cannot be loaded: {exc}") from exc
         if "description" in entry:
             item["description"] = entry["description"]
-        if "scope" in entry:
-            item["scope"] = entry["scope"]
+        for extra in ("scope", "input", "output"):
+            if extra in entry:
+                item[extra] = entry[extra]
         schema[key] = item
     return schema

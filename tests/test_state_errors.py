@@ -133,10 +133,10 @@ def test_schema_messages_that_is_not_a_list_of_chat_messages(wrong: Any) -> None
 def test_schema_unknown_entry_field() -> None:
     assert _problems({"name": {"type": str, "hander": add}}) == [
         "Key 'name' has an unknown field 'hander' (did you mean 'handler'?); "
-        "allowed: type, handler, default, description, scope."
+        "allowed: type, handler, default, description, scope, loader, input, output."
     ]
     assert _problems({"name": {"type": str, "xyz": 1}}) == [
-        "Key 'name' has an unknown field 'xyz'; allowed: type, handler, default, description, scope."
+        "Key 'name' has an unknown field 'xyz'; allowed: type, handler, default, description, scope, loader, input, output."
     ]
 
 
