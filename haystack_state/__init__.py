@@ -24,6 +24,7 @@ from haystack_state.errors import (
     CheckpointStorageError,
     CodecError,
     HaystackStateError,
+    ReadOnlyStateKeyError,
     StateHandlerError,
     StateSchemaError,
     StateSerializationError,
@@ -50,6 +51,7 @@ from haystack_state.persistence import (
     ThreadInfo,
     register_type,
 )
+from haystack_state.runtime import RunContext
 from haystack_state.state import StagedState, State
 from haystack_state.tools import ComponentTool, FunctionTool, ToolSpec, tool, tool_spec, tool_specs
 from haystack_state.values import FrozenDict, FrozenList, thaw
@@ -59,6 +61,8 @@ from haystack_state.values import FrozenDict, FrozenList, thaw
 allow_deserialization_module("haystack_state")
 
 __all__ = [
+    "ReadOnlyStateKeyError",
+    "RunContext",
     "ComposePolicies",
     "ContextPlan",
     "ContextPolicy",

@@ -59,6 +59,14 @@ class StateTypeError(HaystackStateError, TypeError):
         super().__init__(message)
 
 
+class ReadOnlyStateKeyError(HaystackStateError, ValueError):
+    """A key that is read-only during an Agent run (``"scope": "input"``) was written. The state is unchanged."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        super().__init__(f"State key '{key}' is read-only: {reason}")
+
+
 class StateHandlerError(HaystackStateError, RuntimeError):
     """A merge handler raised while merging a value into a key. The state is unchanged."""
 

@@ -16,6 +16,7 @@ from haystack.utils import _deserialize_value_with_schema, _serialize_value_with
 
 from haystack_state.display import StateDiff, state_html, state_repr
 from haystack_state.errors import (
+    ReadOnlyStateKeyError,
     StateHandlerError,
     StateSchemaError,
     StateSerializationError,
@@ -100,6 +101,10 @@ class State:
         # What changed since the last drain_changes(), for checkpoints: per key, the list length before the first
         # append (the key was only appended to), or None (the key was replaced, reset or removed).
         self._journal: dict[str, int | None] = {}
+        # Keys that refuse writes for now (an Agent run's "input" keys), with the reason the error gives; and keys
+        # whose changes are never journaled for a checkpoint (an Agent's "loaded" keys, computed at every run).
+        self._read_only: dict[str, str] = {}
+        self._transient: frozenset[str] = frozenset(key for key, spec in specs.items() if spec.scope == "loaded")
         # Keys written by replace_values, with the immutable value types already accepted for them: such a write
         # is one atomic store and skips the lock (see ``set``).
         self._fast_types: dict[str, set[type]] = {
@@ -352,17 +357,22 @@ class State:
         """Whether any value changed since the last :meth:`drain_changes` (or since the state was built)."""
         return bool(self.peek_changes())
 
-    def peek_changes(self) -> dict[str, dict[str, Any]]:
+    def peek_changes(self, *, transient: bool = False) -> dict[str, dict[str, Any]]:
         """
         What changed since the last :meth:`drain_changes` (or since the state was built), as a delta: per key,
         ``{"op": "extend", "items": [...]}`` (the key was only appended to: the new items), ``{"op": "replace",
         "value": ...}`` or ``{"op": "delete"}``. Checkpoints store this, so they grow with the change, not the state.
+        Keys with ``"scope": "loaded"`` are never stored, so they are left out unless ``transient`` is true.
+
+        :param transient: Include the changes of ``"loaded"`` keys too (for live events).
 
         :returns: The delta; the values are the state's read-only values.
         """
         delta: dict[str, dict[str, Any]] = {}
         with self._lock:
             for key, start in self._journal.items():
+                if key in self._transient and not transient:
+                    continue
                 if key not in self._values:
                     delta[key] = {"op": "delete"}
                     continue
@@ -383,6 +393,36 @@ class State:
             delta = self.peek_changes()
             self._journal.clear()
             return delta
+
+    def protect(self, keys: Mapping[str, str]) -> None:
+        """
+        Make keys read-only until :meth:`unprotect`: a write or reset raises ``ReadOnlyStateKeyError`` with the given
+        reason, and the state is unchanged. An Agent protects its ``"scope": "input"`` keys while a run is under way;
+        staged views (what tools write through) inherit it.
+
+        :param keys: key -> the reason the error gives (what the key is and who may set it).
+        """
+        for key in keys:
+            self._spec(key)
+        with self._lock:
+            self._read_only = {**self._read_only, **keys}
+            self._fast_types = {k: v for k, v in self._fast_types.items() if k not in keys}
+            self._appenders = {k: v for k, v in self._appenders.items() if k not in keys}
+
+    def unprotect(self) -> None:
+        """Make every key writable again (see :meth:`protect`)."""
+        with self._lock:
+            if not self._read_only:
+                return
+            self._read_only = {}
+            self._fast_types = {
+                key: spec.check.accepted_scalars for key, spec in self._specs.items() if spec.handler is replace_values
+            }
+            self._appenders = {
+                key: (spec.item_check.accepted, spec.item_check.check, _items_of(spec))
+                for key, spec in self._specs.items()
+                if spec.handler is merge_lists and spec.is_list
+            }
 
     def stage(self) -> StagedState:
         """
@@ -415,6 +455,8 @@ class State:
 
     def _write(self, key: str, value: Any, handler_override: Handler | None) -> None:
         spec = self._spec(key)
+        if self._read_only and key in self._read_only:
+            raise ReadOnlyStateKeyError(key, self._read_only[key])
         if handler_override is not None and not callable(handler_override):
             raise TypeError(f"handler_override for state key '{key}' must be callable, got {handler_override!r}.")
         if value is RESET:
@@ -584,6 +626,8 @@ class StagedState(State):
             self._shared_lengths = {key: len(value) for key, value in self._values.items() if type(value) is list}
         self._fast_types = {}  # every write goes through _write, which records it
         self._appenders = {}
+        self._read_only = parent._read_only
+        self._transient = parent._transient
         self.parent = parent
         self.writes: list[tuple[str, Any, Handler | None]] = []
 

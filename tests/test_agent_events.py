@@ -238,7 +238,11 @@ def test_breaking_out_cancels_the_run_and_the_thread_can_be_continued(tmp_path: 
         if isinstance(event, ModelReply) and event.step == 2:
             break  # the second reply is committed next... or not: the run stops before its next effect
     head = agent.get_state("t")
-    assert head.values["notes"] == ["a"]  # the first step is committed, the second step's tools never ran
+    # The run waits for the consumer before each effect: it stopped right after the reply the consumer saw, before
+    # committing it. The first step stands; the second reply is asked for again when the thread is continued.
+    assert head.values["notes"] == ["a"]
+    assert head.values["messages"][-1].tool_call_result is not None
+    agent = make(SCRIPT[1:], checkpointer=checkpointer)
     result = agent.run([], thread_id="t")
     assert result["notes"] == ["a", "b"] and result["count"] == 1
     assert result["exit_reason"] == "text"

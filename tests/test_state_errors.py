@@ -136,7 +136,8 @@ def test_schema_unknown_entry_field() -> None:
         "allowed: type, handler, default, description, scope, loader, input, output."
     ]
     assert _problems({"name": {"type": str, "xyz": 1}}) == [
-        "Key 'name' has an unknown field 'xyz'; allowed: type, handler, default, description, scope, loader, input, output."
+        "Key 'name' has an unknown field 'xyz'; "
+        "allowed: type, handler, default, description, scope, loader, input, output."
     ]
 
 

@@ -152,6 +152,12 @@ class Agent(ThreadMethods, StreamMethods):
         None (none; missing ones render empty).
     :param tool_streaming_callback_passthrough: Pass the streaming callback to tools that take a
         ``streaming_callback`` parameter.
+    :param context_policy: Decides what the model is sent on each call (trimming, token budgets, summaries; see
+        ``haystack_state.agent.context``); the stored conversation never loses a message.
+    :param token_counter: The haystack ``TokenCounter`` the context policy measures with (a cheap estimate, or
+        ``tiktoken`` when installed, by default).
+    :param store: A long-term memory store (``haystack_state.store``), shared by every thread: tools, hooks, loaders
+        and the context policy reach it as ``context.store`` (see ``RunContext``).
     :raises TypeError: If tools are given and the chat generator's ``run`` does not accept ``tools``, or a hook is
         neither a ``Hook`` nor callable.
     :raises StateSchemaError: If the state schema is invalid.
@@ -183,6 +189,7 @@ class Agent(ThreadMethods, StreamMethods):
         tool_streaming_callback_passthrough: bool = False,
         context_policy: ContextPolicy | None = None,
         token_counter: TokenCounter | None = None,
+        store: Any = None,
     ) -> None:
         self.chat_generator = chat_generator
         self.tools = tools if tools is not None else []
@@ -198,6 +205,7 @@ class Agent(ThreadMethods, StreamMethods):
         self.tool_streaming_callback_passthrough = tool_streaming_callback_passthrough
         self.context_policy = context_policy
         self.token_counter = token_counter
+        self.store = store
         self.hooks = normalize_hooks(hooks)
         self.checkpointer = checkpointer
         self.interrupt_before = list(interrupt_before or [])
@@ -250,15 +258,16 @@ class Agent(ThreadMethods, StreamMethods):
         if self.interrupt_before and checkpointer is None:
             raise ValueError("interrupt_before needs a checkpointer: an interrupted run is resumed from its thread.")
 
+        self._check_input_mappings(known.specs)
         for key, spec in self._specs_fields.items():
-            if key != "messages":
+            if key != "messages" and spec.is_input and spec.scope != "loaded":
                 component.set_input_type(self, name=key, type=spec.type, default=None)
         for name in self._prompts.variables:
             if name in self._prompts.required:
                 component.set_input_type(self, name=name, type=Any)
             else:
                 component.set_input_type(self, name=name, type=Any, default=None)
-        outputs: dict[str, Any] = {key: spec.type for key, spec in self._specs_fields.items()}
+        outputs: dict[str, Any] = {key: spec.type for key, spec in self._specs_fields.items() if spec.is_output}
         outputs.update(
             last_message=ChatMessage,
             step_count=int,
@@ -281,8 +290,20 @@ class Agent(ThreadMethods, StreamMethods):
             token_counter=(lambda: token_counter) if token_counter is not None else None,
             summary_key=summary_key,
             interrupt_before=frozenset(self.interrupt_before),
+            store=store,
         )
         self._is_warmed_up = False
+
+    def _check_input_mappings(self, specs: dict[str, Any]) -> None:
+        """A tool whose outputs_to_state writes an ``"input"`` key could never succeed: refuse it now."""
+        for name, spec in specs.items():
+            for key in spec.outputs_to_state:
+                field = self._specs_fields.get(key)
+                if field is not None and field.scope == "input":
+                    raise ValueError(
+                        f"Tool '{name}' maps an output to state key '{key}', which has \"scope\": \"input\": it is "
+                        "set by the caller when a run starts and is read-only to tools. Map the output to another key."
+                    )
 
     def _check_tool_names(self, specs: dict[str, Any]) -> None:
         check_names("exit_conditions", self.exit_conditions, specs, allowed=("text",))
@@ -320,7 +341,9 @@ class Agent(ThreadMethods, StreamMethods):
 
     def _after_warm_up(self) -> None:
         if not self._names_checked:
-            self._check_tool_names(self._toolbox.known().specs)
+            specs = self._toolbox.known().specs
+            self._check_tool_names(specs)
+            self._check_input_mappings(specs)
         self._is_warmed_up = True
 
     def close(self) -> None:
@@ -390,6 +413,7 @@ class Agent(ThreadMethods, StreamMethods):
             generation_kwargs=options.generation_kwargs,
             hook_context=options.hook_context,
             decisions=options.decisions,
+            context=options.context,
             traced_inputs={"messages": messages, "streaming_callback": callback, **kwargs},
             model_callback=model_callback(callback, sink, is_async=is_async),
             sink=sink,
@@ -449,6 +473,7 @@ class Agent(ThreadMethods, StreamMethods):
         generation_kwargs: dict[str, Any] | None = None,
         tools: ToolsArg | list[str] | None = None,
         hook_context: dict[str, Any] | None = None,
+        context: Any = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """
@@ -469,6 +494,10 @@ class Agent(ThreadMethods, StreamMethods):
             (warmed up here; the caller closes them).
         :param hook_context: Per-run resources for hooks (a WebSocket, a queue, ...), read by them as
             ``state.data["hook_context"]``. Never stored, never copied.
+        :param context: The run's dependencies (a database connection, an HTTP client, the current user): tools
+            receive them through a parameter annotated ``RunContext[T]`` (hidden from the model), hooks as
+            ``state.context``, loaders and context policies as their ``context``. The object is handed over as it
+            is: never copied, stored, serialized, returned or shown to the model.
         :param kwargs: Initial values for state keys (written through their handlers), and the prompts' variables.
         :returns: ``messages``, ``last_message``, every state key, ``step_count`` (the run's model calls; on a
             continued run, those before it stopped included), ``exit_reason`` ("text", "length" or
@@ -490,7 +519,9 @@ class Agent(ThreadMethods, StreamMethods):
         """
         self.warm_up()
         warm_up_tools(runtime_tools(tools))
-        options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
+        options = RunOptions(
+            streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context, context=context
+        )
         return self._execute(messages, kwargs, options)
 
     async def run_async(
@@ -503,6 +534,7 @@ class Agent(ThreadMethods, StreamMethods):
         generation_kwargs: dict[str, Any] | None = None,
         tools: ToolsArg | list[str] | None = None,
         hook_context: dict[str, Any] | None = None,
+        context: Any = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """
@@ -517,12 +549,15 @@ class Agent(ThreadMethods, StreamMethods):
         :param generation_kwargs: Settings for the chat generator for this run.
         :param tools: The tools for this run (see :meth:`run`).
         :param hook_context: Per-run resources for hooks.
+        :param context: The run's dependencies (see :meth:`run`).
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: The same outputs as :meth:`run`.
         """
         await self.warm_up_async()
         await warm_up_tools_async(runtime_tools(tools))
-        options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
+        options = RunOptions(
+            streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context, context=context
+        )
         return await self._execute_async(messages, kwargs, options)
 
     # --- durable threads ---------------------------------------------------------------------------------------
@@ -535,6 +570,7 @@ class Agent(ThreadMethods, StreamMethods):
         *,
         generation_kwargs: dict[str, Any] | None = None,
         hook_context: dict[str, Any] | None = None,
+        context: Any = None,
     ) -> dict[str, Any]:
         """
         Continue a run that stopped at an ``interrupt_before`` tool, possibly in another process, days later.
@@ -545,13 +581,16 @@ class Agent(ThreadMethods, StreamMethods):
         :param streaming_callback: Overrides the callback given at construction.
         :param generation_kwargs: Settings for the chat generator for the rest of the run.
         :param hook_context: Per-run resources for hooks.
+        :param context: The run's dependencies (see :meth:`run`).
         :returns: The same outputs as :meth:`run`.
         :raises ThreadNotFoundError: If the thread has no checkpoint.
         :raises ValueError: If the thread is not interrupted, or a pending call has no (valid) decision; nothing
             is written then, and the thread stays interrupted.
         """
         self.warm_up()
-        options = RunOptions(streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions)
+        options = RunOptions(
+            streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions, context
+        )
         return self._execute([], {}, options)
 
     async def resume_async(
@@ -562,10 +601,13 @@ class Agent(ThreadMethods, StreamMethods):
         *,
         generation_kwargs: dict[str, Any] | None = None,
         hook_context: dict[str, Any] | None = None,
+        context: Any = None,
     ) -> dict[str, Any]:
         """Continue an interrupted run asynchronously. Same parameters and outputs as :meth:`resume`."""
         await self.warm_up_async()
-        options = RunOptions(streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions)
+        options = RunOptions(
+            streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions, context
+        )
         return await self._execute_async([], {}, options)
 
     # --- serialisation ---------------------------------------------------------------------------------------

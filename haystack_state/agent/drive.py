@@ -6,13 +6,15 @@ tool calls and the hooks, synchronously (:func:`drive`) or awaiting them (:func:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import inspect
 from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from haystack_state.agent.hooks import call_hook, call_hook_async
-from haystack_state.agent.loop import CallModel, Commit, Effect, HoldThread, RunControl, RunTools
+from haystack_state.agent.loop import CallModel, Commit, Effect, HoldThread, LoadField, RunControl, RunTools
 from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
 
 __all__ = [
@@ -86,6 +88,17 @@ def next_effect(
         return Finished(stop.value)
 
 
+def _run_coroutine(awaitable: Any) -> Any:
+    """Run an awaitable from sync code, on an event loop of its own in a worker thread (a loop may be running here)."""
+
+    async def wait() -> Any:
+        return await awaitable
+
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="haystack-state-loader") as helper:
+        return helper.submit(context.run, asyncio.run, wait()).result()
+
+
 def execute(effect: Effect, effects: Effects) -> Any:
     """
     Execute one effect synchronously.
@@ -112,6 +125,9 @@ def execute(effect: Effect, effects: Effects) -> Any:
         )
     if isinstance(effect, HoldThread):
         return effect.session.hold()
+    if isinstance(effect, LoadField):
+        value = effect.loader(effect.context, effect.state)
+        return _run_coroutine(value) if inspect.isawaitable(value) else value
     return [call_hook(hook, effect.point, effect.state) for hook in effect.hooks]
 
 
@@ -146,6 +162,9 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
         )
     if isinstance(effect, HoldThread):
         return await effect.session.hold_async()
+    if isinstance(effect, LoadField):
+        value = effect.loader(effect.context, effect.state)
+        return (await value) if inspect.isawaitable(value) else value
     return [await call_hook_async(hook, effect.point, effect.state) for hook in effect.hooks]
 
 
@@ -155,6 +174,8 @@ class RunCancelled(Exception):
 
 def _check(effects: Effects, flow: Generator[Effect, Any, dict[str, Any]]) -> None:
     control = effects.control
+    if control is not None and control.gate is not None:
+        control.gate()
     if control is not None and control.cancelled:
         flow.close()  # the loop's spans end; nothing more runs
         raise RunCancelled("The run was cancelled; its last committed checkpoint stands.")

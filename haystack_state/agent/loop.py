@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ from haystack_state.agent.context import (
 from haystack_state.agent.context.summary import SummaryRequest
 from haystack_state.agent.events import (
     CheckpointCommitted,
+    CustomEvent,
     EventSink,
     Interrupted,
     ModelReply,
@@ -53,6 +55,7 @@ from haystack_state.agent.spans import current_span, span
 from haystack_state.agent.toolbox import Toolbox
 from haystack_state.errors import AgentRunError, ThreadConflictError, ToolInvocationError
 from haystack_state.persistence.delta import Source
+from haystack_state.runtime import RunContext
 from haystack_state.schema import FieldSpec, schema_to_dict
 from haystack_state.state import State
 from haystack_state.tools.spec import ToolSpec
@@ -68,6 +71,7 @@ __all__ = [
     "Commit",
     "Effect",
     "HoldThread",
+    "LoadField",
     "LoopConfig",
     "RunHooks",
     "RunControl",
@@ -102,11 +106,16 @@ RESERVED_INPUTS = frozenset(
         "generation_kwargs",
         "tools",
         "hook_context",
+        "context",
         "stop_run",
         "continue_run",
     }
 )
 EXIT_TEXT = "text"
+_INPUT_READ_ONLY = (
+    'it has "scope": "input", so it is set by the caller when a run starts (agent.run(..., {key}=...)) and '
+    "tools and hooks may only read it."
+)
 EXIT_MAX_STEPS = "max_agent_steps"
 EXIT_INTERRUPTED = "interrupted"
 EXIT_CANCELLED = "cancelled"
@@ -176,6 +185,7 @@ class RunTools:
     state: State
     specs: dict[str, ToolSpec]
     streaming_callback: StreamingCallbackT | None
+    context: RunContext[Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,7 +216,18 @@ class HoldThread:
     session: ThreadSession
 
 
-Effect = CallModel | RunTools | RunHooks | Commit | HoldThread
+@dataclasses.dataclass(frozen=True)
+class LoadField:
+    """Effect: compute a ``"scope": "loaded"`` key with its loader, ``loader(context, state)`` (sync or async); send
+    back the value."""
+
+    key: str
+    loader: Callable[..., Any]
+    context: RunContext[Any]
+    state: State
+
+
+Effect = CallModel | RunTools | RunHooks | Commit | HoldThread | LoadField
 
 
 # --- configuration -----------------------------------------------------------------------------------------------
@@ -228,6 +249,7 @@ class LoopConfig:
         None.
     :param token_counter: Gives the token counter the policy measures with.
     :param summary_key: The state key holding the running summary, if the policy summarizes.
+    :param store: The agent's long-term memory store, given to tools, hooks and loaders through ``RunContext``.
     """
 
     schema: dict[str, FieldSpec]
@@ -240,6 +262,7 @@ class LoopConfig:
     context_policy: ContextPolicy | None = None
     token_counter: Callable[[], TokenCounter] | None = None
     summary_key: str | None = None
+    store: Any = None
 
 
 @dataclasses.dataclass
@@ -261,6 +284,8 @@ class RunRequest:
         ``ModelChunk`` events when someone listens); ``streaming_callback`` if None.
     :param sink: Where the run's events go, if someone listens (see :mod:`haystack_state.agent.events`).
     :param control: Lets another thread or process stop the run (see :class:`RunControl`).
+    :param context: The run's dependencies (``run(context=...)``), handed to tools, hooks, loaders and the context
+        policy in a :class:`RunContext`; never stored.
     """
 
     messages: list[ChatMessage]
@@ -276,6 +301,7 @@ class RunRequest:
     model_callback: StreamingCallbackT | None = None
     sink: EventSink | None = None
     control: RunControl | None = None
+    context: Any = None
 
 
 class RunControl:
@@ -288,6 +314,9 @@ class RunControl:
     def __init__(self) -> None:
         self._stop = threading.Event()
         self._cancel = threading.Event()
+        #: Called before each effect (a streaming consumer's back-pressure: the run waits until the events it
+        #: emitted so far were taken, so that a consumer that stops listening stops the run where it saw it).
+        self.gate: Callable[[], None] | None = None
 
     def request_stop(self) -> None:
         """End the run at its next step boundary."""
@@ -356,6 +385,18 @@ class AgentRun:
         unknown = sorted(set(request.inputs) - set(config.schema))
         if unknown:
             raise ValueError(f"Agent.run got unknown inputs {unknown}; the state keys are: {', '.join(config.schema)}.")
+        for key in request.inputs:
+            spec = config.schema[key]
+            if spec.scope == "loaded":
+                raise ValueError(
+                    f'State key \'{key}\' has "scope": "loaded": its loader computes it at the start of every run, '
+                    "so it cannot be given to run()."
+                )
+            if not spec.is_input:
+                raise ValueError(
+                    f"State key '{key}' is private to the agent (\"input\": False in the schema): it cannot be given "
+                    "to run()."
+                )
         if config.interrupt_before and session is None:
             raise ValueError(
                 f"This agent stops before {', '.join(sorted(config.interrupt_before))} for a human's approval, which "
@@ -375,6 +416,9 @@ class AgentRun:
             self.continuing = session.continues and not request.messages
             self.pending = session.pending
         self.state = self._prepare_state()
+        inputs = {key: _INPUT_READ_ONLY.format(key=key) for key, spec in config.schema.items() if spec.scope == "input"}
+        if inputs:
+            self.state.protect(inputs)
         self.step = session.run_step if session is not None and self.continuing else 0
         self.base_step = session.step - self.step if session is not None else 0
         self.current = max(self.step, 1)  # the step under way, for error messages
@@ -387,6 +431,17 @@ class AgentRun:
         # Toolsets are read again at every step: one may discover tools during the run.
         self.dynamic_tools = any(isinstance(item, Toolset) for item in request.tools)
         values = self.state.run_values
+        self.run_id = request.sink.run_id if request.sink is not None else str(uuid.uuid4())
+        self.run_context: RunContext[Any] = RunContext(
+            request.context,
+            thread_id=session.thread_id if session is not None else None,
+            run_id=self.run_id,
+            step=self.step,
+            store=config.store,
+            emitter=self._emit_custom if request.sink is not None else None,
+        )
+        values["context"] = self.run_context
+        self.loaded: list[str] = []  # the "loaded" keys computed for this run, until a checkpoint records them
         values["hook_context"] = request.hook_context if request.hook_context is not None else {}
         values["tools"] = self.tools.tools
         values["step_count"] = self.step
@@ -434,6 +489,41 @@ class AgentRun:
             state.set("messages", conversation)
         return state
 
+    def _emit_custom(self, name: str, data: Any = None) -> None:
+        """Deliver a ``CustomEvent`` (``RunContext.emit``, ``RunState.emit``) to the run's listener."""
+        sink = self.request.sink
+        if sink is not None:
+            sink.emit(CustomEvent, name=str(name), data=data)
+
+    def _at_step(self, step: int) -> None:
+        """The step under way changed: the run context follows it."""
+        context = self.run_context.at_step(step)
+        if context is not self.run_context:
+            self.run_context = context
+            self.state.run_values["context"] = context
+
+    def _load_fields(self) -> Generator[Effect, Any, None]:
+        """
+        Compute the ``"scope": "loaded"`` keys with their loaders, in schema order, before anything is sent to the
+        model. Their values are never stored: a checkpoint records only which keys were loaded. A loader that fails
+        (or returns a value of the wrong type) fails the run, naming the key.
+        """
+        for key, spec in self.config.schema.items():
+            if spec.scope != "loaded" or spec.loader is None:
+                continue
+            try:
+                value = yield LoadField(key, spec.loader, self.run_context, self.state)
+                self.state.set(key, value)
+            except Exception as exc:
+                error = AgentRunError(
+                    f"Agent: the loader of state key '{key}' failed before the model was called: "
+                    f"{type(exc).__name__}: {exc}",
+                    self.state,
+                )
+                error.__cause__ = exc
+                raise _Stopped(error, record=False) from None
+            self.loaded.append(key)
+
     # --- effects the loop yields -----------------------------------------------------------------------------------
 
     def _fail(self, stage: str, exc: Exception) -> _Stopped:
@@ -458,7 +548,8 @@ class AgentRun:
         session, state, sink = self.session, self.state, self.request.sink
         if session is None:
             if sink is not None:  # no checkpoint: the changes are streamed where one would be committed
-                self._stream_changes(state.drain_changes())
+                self._stream_changes(state.peek_changes(transient=True))
+                state.drain_changes()
             return ()
         if source in ("input", "update") and not force and not state.has_changes():
             return ()  # nothing to do: no generator to make
@@ -497,9 +588,12 @@ class AgentRun:
             metadata["continues"] = True
         if self.waiting:
             metadata.update(interrupted=True, pending=[call.id for call in self.waiting])
+        if self.loaded:
+            metadata["loaded"] = self.loaded
+            self.loaded = []
         tags = {"haystack_state.thread_id": session.thread_id, "haystack_state.checkpoint.source": source}
         sink = self.request.sink
-        delta = state.peek_changes() if sink is not None else None
+        delta = state.peek_changes(transient=True) if sink is not None else None
         with span("haystack_state.checkpoint.commit", tags) as commit_span:
             meta = yield Commit(session, state, source, tuple(tool_names), metadata, self.base_step + self.step)
             commit_span.set_tag("haystack_state.checkpoint.id", meta.checkpoint_id)
@@ -590,6 +684,7 @@ class AgentRun:
             summary=summary,
             counter=self._counter(),
             tools=self.tools.model_tools,
+            context=self.run_context,
         )
 
     def _plan_context(self, conversation: list[ChatMessage]) -> Generator[Effect, Any, list[ChatMessage]]:
@@ -639,7 +734,9 @@ class AgentRun:
         executed: list[ChatMessage] = []
         if calling:
             try:
-                executed = yield RunTools(calling, self.state, self.tools.specs, self.request.streaming_callback)
+                executed = yield RunTools(
+                    calling, self.state, self.tools.specs, self.request.streaming_callback, self.run_context
+                )
             except Exception as exc:
                 raise self._fail("a tool call", exc) from None
         tool_messages = in_call_order(order, executed, rejected)
@@ -713,6 +810,7 @@ class AgentRun:
             control = self.request.control
             if control is not None and control.stop_requested:
                 return EXIT_CANCELLED
+            self._at_step(self.step + 1)
             if "before_llm" in self.hook_points:
                 yield from self._hooks("before_llm")
             stop = self.state.run_values["stop_run"]
@@ -760,6 +858,7 @@ class AgentRun:
                 if self.session is not None:
                     # The run's inputs are checked: from here on, no other run may take the thread.
                     yield HoldThread(self.session)
+                yield from self._load_fields()
                 yield from self._commit("input", continues=True)
                 if not self.continuing:
                     if "before_run" in self.hook_points:
@@ -846,7 +945,9 @@ class AgentRun:
     def _outputs(self) -> dict[str, Any]:
         state, values = self.state, self.state.run_values
         messages = list(state.view("messages") or [])
-        outputs: dict[str, Any] = {key: state.get(key) for key in self.config.schema if key != "messages"}
+        outputs: dict[str, Any] = {
+            key: state.get(key) for key, spec in self.config.schema.items() if key != "messages" and spec.is_output
+        }
         outputs.update(
             messages=messages,
             last_message=messages[-1] if messages else None,

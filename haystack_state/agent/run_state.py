@@ -5,7 +5,8 @@ haystack-ai's Agent keeps its run counters and controls in the State, next to th
 ``token_usage``, ``tool_call_counts``, ``context_tokens`` and ``exit_reason`` (what the run has done so far),
 ``stop_run`` and ``continue_run`` (set by hooks to stop the run, or to keep it going on exit), ``tools`` (the tools
 of the current step) and ``hook_context`` (the caller's per-run resources). Hooks written for haystack-ai read them
-with ``state.data.get(...)`` and write them with ``state.set(...)``.
+with ``state.data.get(...)`` and write them with ``state.set(...)``. This package adds ``context``: the run's
+``RunContext`` (its dependencies, see ``Agent.run(context=...)``).
 
 Here they are *run values*: a ``RunState`` answers for them in ``get``, ``set``, ``has`` and ``data``, but they are
 not schema keys. They are never journaled, so never checkpointed (``hook_context`` may hold a WebSocket, ``tools``
@@ -18,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from haystack_state.errors import StateTypeError
+from haystack_state.runtime import RunContext
 from haystack_state.state import Handler, State
 
 __all__ = ["RUN_KEYS", "LiveData", "RunState"]
@@ -33,6 +35,7 @@ RUN_KEYS: dict[str, tuple[type, ...]] = {
     "stop_run": (str, type(None)),
     "tools": (list,),
     "hook_context": (dict,),
+    "context": (RunContext,),
 }
 
 
@@ -47,6 +50,7 @@ def _run_value_defaults() -> dict[str, Any]:
         "stop_run": None,
         "tools": [],
         "hook_context": {},
+        "context": None,
     }
 
 
@@ -115,6 +119,24 @@ class RunState(State):
         run_state.__dict__.update(state.__dict__)
         run_state.run_values = _run_value_defaults()
         return run_state
+
+    @property
+    def context(self) -> RunContext[Any] | None:
+        """The run's :class:`RunContext` (its dependencies, thread, run id, step and store), or None outside a run."""
+        context: RunContext[Any] | None = self.run_values["context"]
+        return context
+
+    def emit(self, name: str, data: Any = None) -> None:
+        """
+        Send a ``CustomEvent`` to whoever streams the run (``Agent.stream``), from a hook; nothing happens if no one
+        does.
+
+        :param name: The event's name.
+        :param data: Its data (JSON-encodable by the checkpoint codec).
+        """
+        context = self.context
+        if context is not None:
+            context.emit(name, data)
 
     def get(self, key: str, default: Any = None) -> Any:
         if key in self.run_values:

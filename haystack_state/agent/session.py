@@ -144,13 +144,13 @@ def in_call_order(
 
 def reset_run_scope(state: State) -> None:
     """
-    Start a new run on a thread: reset every ``"scope": "run"`` key to its default (or to no value). A key that
-    already holds its default is left alone, so a run that changes nothing commits nothing.
+    Start a new run on a thread: reset every ``"scope": "run"`` and ``"scope": "input"`` key to its default (or to
+    no value). A key that already holds its default is left alone, so a run that changes nothing commits nothing.
 
     :param state: The thread's state.
     """
     for key, spec in state.specs.items():
-        if spec.scope == "run" and _differs_from_default(state, spec):
+        if spec.scope in ("run", "input") and _differs_from_default(state, spec):
             state.reset(key)
 
 

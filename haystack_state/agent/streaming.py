@@ -50,6 +50,8 @@ class RunOptions:
     tools: ToolsArg | list[str] | None = None
     hook_context: dict[str, Any] | None = None
     decisions: dict[str, Any] | None = None
+    context: Any = None
+    answers: dict[str, Any] | None = None
 
 
 def runtime_tools(tools: ToolsArg | list[str] | None) -> list[Tool | Toolset]:
@@ -121,6 +123,7 @@ class StreamMethods:
         generation_kwargs: dict[str, Any] | None = None,
         tools: ToolsArg | list[str] | None = None,
         hook_context: dict[str, Any] | None = None,
+        context: Any = None,
         **kwargs: Any,
     ) -> Iterator[AgentEvent]:
         """
@@ -140,15 +143,19 @@ class StreamMethods:
         :param generation_kwargs: Settings for the chat generator for this run.
         :param tools: The tools for this run.
         :param hook_context: Per-run resources for hooks.
+        :param context: The run's dependencies (see :meth:`run`).
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: An iterator of events.
         """
         self.warm_up()
         warm_up_tools(runtime_tools(tools))
-        events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        events = _Handoff()
         sink = EventSink(events.put, thread_id)
         control = RunControl()
-        options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
+        control.gate = lambda: events.wait_taken(control)
+        options = RunOptions(
+            streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context, context=context
+        )
         request = self._prepare(messages, kwargs, options, is_async=False, sink=sink, control=control)
         session = self._open(options)
         try:
@@ -169,6 +176,7 @@ class StreamMethods:
         generation_kwargs: dict[str, Any] | None = None,
         tools: ToolsArg | list[str] | None = None,
         hook_context: dict[str, Any] | None = None,
+        context: Any = None,
         **kwargs: Any,
     ) -> AsyncIterator[AgentEvent]:
         """
@@ -182,6 +190,7 @@ class StreamMethods:
         :param generation_kwargs: Settings for the chat generator for this run.
         :param tools: The tools for this run.
         :param hook_context: Per-run resources for hooks.
+        :param context: The run's dependencies (see :meth:`run`).
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: An async iterator of events.
         """
@@ -195,7 +204,9 @@ class StreamMethods:
 
         sink = EventSink(deliver, thread_id)
         control = RunControl()
-        options = RunOptions(streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context)
+        options = RunOptions(
+            streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context, context=context
+        )
         request = self._prepare(messages, kwargs, options, is_async=True, sink=sink, control=control)
         session = await self._open_async(options)
         try:
@@ -245,7 +256,7 @@ def _pump(
     effects: Effects,
     session: ThreadSession | None,
     sink: EventSink,
-    events: queue.SimpleQueue[Any],
+    events: _Handoff,
     control: RunControl,
 ) -> Iterator[AgentEvent]:
     """Drive the run in a worker thread, yielding its events; cancel it if the consumer stops early."""
@@ -270,6 +281,49 @@ def _pump(
             if isinstance(item, _Raised):
                 raise item.error
             yield item
+            events.taken()
     finally:
         control.cancel()  # a no-op if the run is over; otherwise it stops before its next effect
+        events.release()
         worker.join()
+
+
+class _Handoff:
+    """
+    The queue between a sync stream's run (in its worker thread) and the consumer, with back-pressure: before each
+    effect the run waits until the consumer has taken every event emitted so far (:meth:`wait_taken`), so breaking
+    out of the iterator stops the run right after the event the consumer saw last.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._condition = threading.Condition()
+        self._put = 0
+        self._taken = 0
+        self._released = False
+
+    def put(self, item: Any) -> None:
+        with self._condition:
+            self._put += 1
+        self._queue.put(item)
+
+    def get(self) -> Any:
+        return self._queue.get()
+
+    def taken(self) -> None:
+        """The consumer is done with the last event it got."""
+        with self._condition:
+            self._taken += 1
+            if self._taken >= self._put:
+                self._condition.notify_all()
+
+    def release(self) -> None:
+        """The consumer is gone: never wait for it again."""
+        with self._condition:
+            self._released = True
+            self._condition.notify_all()
+
+    def wait_taken(self, control: RunControl) -> None:
+        with self._condition:
+            while self._taken < self._put and not self._released and not control.cancelled:
+                self._condition.wait(0.5)
