@@ -29,6 +29,7 @@ import json
 import os
 import sqlite3
 import sys
+import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -278,6 +279,7 @@ def _cmd_show(args: argparse.Namespace, out: Output) -> None:
                 for k in keys
             ],
             "pending_tool_calls": [{"id": c.id, "tool_name": c.tool_name, "arguments": c.arguments} for c in pending],
+            "context_summary": _summary_json(values.get("context_summary")),
         }
         out(json.dumps(document, indent=2, ensure_ascii=False))
         return
@@ -291,6 +293,13 @@ def _cmd_show(args: argparse.Namespace, out: Output) -> None:
     for line in _table(rows, right=[2]) if keys else ["(no values)"]:
         out(line)
     out("")
+    summary = _summary_json(values.get("context_summary"))
+    if summary is not None:
+        start, end = summary["covers"]
+        out(f"context summary: covers messages {start}-{end - 1} of {len(messages or [])} ({summary['tokens']} tokens)")
+        for line in textwrap.wrap(summary["text"], WIDTH - 2) or [""]:
+            out(f"  {line}")
+        out("")
     if meta.metadata.get("interrupted") and pending:
         out("interrupted: waiting for Agent.resume")
     if not pending:
@@ -299,6 +308,15 @@ def _cmd_show(args: argparse.Namespace, out: Output) -> None:
     out("pending tool calls:")
     for call in pending:
         out(f"  {call.id}  {call.tool_name}({json.dumps(call.arguments, ensure_ascii=False)})")
+
+
+def _summary_json(value: Any) -> dict[str, Any] | None:
+    """A ``context_summary`` value (a ContextSummary, or its JSON form) as JSON, or None."""
+    text = getattr(value, "text", None)
+    covers = getattr(value, "covers", None)
+    if isinstance(text, str) and covers is not None:
+        return {"text": text, "covers": list(covers), "tokens": int(getattr(value, "tokens", 0))}
+    return None
 
 
 def _cmd_history(args: argparse.Namespace, out: Output) -> None:
@@ -313,7 +331,14 @@ def _cmd_history(args: argparse.Namespace, out: Output) -> None:
         return
     shorts = short_ids(everything)
     rows = [("CHECKPOINT", "PARENT", "STEP", "SOURCE", "TOOLS", "CREATED", "FORK", "CHANGED KEYS")]
+    summaries = 0
     for meta in history:
+        covered = meta.metadata.get("context_summary")
+        changed = ", ".join(meta.changed_keys) or "-"
+        if isinstance(covered, dict) and isinstance(covered.get("covers"), list) and len(covered["covers"]) == 2:
+            summaries += 1
+            start, end = covered["covers"]
+            changed = changed.replace("context_summary", f"context_summary ({start}-{end - 1})")
         rows.append(
             (
                 shorts[meta.checkpoint_id],
@@ -323,13 +348,15 @@ def _cmd_history(args: argparse.Namespace, out: Output) -> None:
                 _clip(",".join(meta.tool_names) or "-", 16),
                 meta.created_at.strftime("%m-%d %H:%M:%S"),
                 "fork" if meta.checkpoint_id in forks else "",
-                ", ".join(meta.changed_keys) or "-",
+                changed,
             )
         )
     for line in _table(rows, right=[2]):
         out(_clip(line, WIDTH))
     if forks:
         out(f"fork: the checkpoint starts a branch (its parent has other children); {len(forks)} in this thread")
+    if summaries:
+        out("context_summary (a-b): the checkpoint wrote a new summary of messages a to b, sent instead of them")
 
 
 def _clip(text: str, width: int) -> str:

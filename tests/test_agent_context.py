@@ -7,6 +7,8 @@ a crash mid-summary loses nothing and writes no duplicate, a fork rebuilds its o
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import sqlite3
 from pathlib import Path
@@ -29,6 +31,7 @@ from haystack_state.agent.context import (
     TokenBudget,
     token_meter,
 )
+from haystack_state.cli import main
 from haystack_state.testing import ScriptedChatGenerator
 
 COUNTER = ApproximateTokenCounter()
@@ -113,6 +116,20 @@ def test_a_300_turn_thread_stays_within_its_budget_and_keeps_every_message(tmp_p
     assert sorted(tuple(m.metadata["context_summary"]["covers"]) for m in marked) == sorted(
         {s.covers for s in summaries} | {tuple(m.metadata["context_summary"]["covers"]) for m in marked}
     )
+    found = agent.get_history("t").summaries()
+    assert [meta.checkpoint_id for meta, _ in found] == [meta.checkpoint_id for meta in marked]
+    assert found[0][1] == tuple(summaries[-1].covers)
+    assert "new summary of messages" in agent.get_history("t")._repr_html_()
+    # the CLI shows the summary with its range, and marks the checkpoints that wrote one
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["show", str(path), "t"]) == 0
+        assert main(["history", str(path), "t", "--limit", "400"]) == 0
+    shown = buffer.getvalue()
+    start, end = summaries[-1].covers
+    assert f"context summary: covers messages {start}-{end - 1} of {len(stored)}" in shown
+    assert summaries[-1].text.split()[0] in shown
+    assert shown.count("context_summary (") - 1 == sum(1 for meta, _ in found if meta in agent.get_history("t")[:400])
     # checkpoint bytes per step stay flat: the late turns write no more than the early ones
     per_checkpoint = checkpoint_bytes(path)
     early, late = per_checkpoint[40:400], per_checkpoint[-360:]
