@@ -56,13 +56,25 @@ RUN_METADATA = ("run_step", "run_start", "usage", "tool_call_counts", "continues
 
 
 def _trailing_calls(messages: Sequence[ChatMessage]) -> list[ToolCall]:
-    """The tool calls of the assistant messages that end the conversation (no tool result follows them)."""
+    """
+    The tool calls of the conversation's last step that have no result: those of the assistant message(s) that end
+    the conversation, or, when some of their calls ran (an interrupt held the others), those of them whose results
+    are not among the tool results that follow.
+    """
+    index = len(messages) - 1
+    answered: set[str | None] = set()
+    while index >= 0 and messages[index].is_from("tool"):
+        result = messages[index].tool_call_result
+        if result is not None:
+            answered.add(result.origin.id)
+        index -= 1
     calls: list[ToolCall] = []
-    for message in reversed(messages):
-        if not message.is_from("assistant"):
-            break
-        calls[:0] = message.tool_calls
-    return calls
+    while index >= 0 and messages[index].is_from("assistant"):
+        calls[:0] = messages[index].tool_calls
+        index -= 1
+    if not answered:
+        return calls
+    return [call for call in calls if call.id is not None and call.id not in answered]
 
 
 def pending_tool_calls(state: State, head: CheckpointMeta | None) -> list[ToolCall]:
