@@ -13,6 +13,20 @@ import threading
 from typing import Any
 
 import pytest
+from haystack.components.agents.state import State as HaystackState
+from haystack.dataclasses import ChatMessage
+from haystack.hooks import FunctionHook, hook
+from haystack.hooks.budget import TokenBudgetHook
+from haystack.hooks.compaction import CompactionHook, SlidingWindowCompactor
+from haystack.hooks.human_in_the_loop import (
+    AlwaysAskPolicy,
+    AskOncePolicy,
+    BlockingConfirmationStrategy,
+    ConfirmationHook,
+    ConfirmationUIResult,
+    NeverAskPolicy,
+)
+
 from compat.agent_helpers import (
     AGENT_CLASSES,
     Recorder,
@@ -45,20 +59,6 @@ from compat.agent_helpers import (
 )
 from compat.agent_helpers import agent_class as agent_class  # fixtures
 from compat.agent_helpers import trusted_here as trusted_here
-from haystack.components.agents.state import State as HaystackState
-from haystack.dataclasses import ChatMessage
-from haystack.hooks import FunctionHook, hook
-from haystack.hooks.budget import TokenBudgetHook
-from haystack.hooks.compaction import CompactionHook, SlidingWindowCompactor
-from haystack.hooks.human_in_the_loop import (
-    AlwaysAskPolicy,
-    AskOncePolicy,
-    BlockingConfirmationStrategy,
-    ConfirmationHook,
-    ConfirmationUIResult,
-    NeverAskPolicy,
-)
-
 from haystack_state import Agent, AgentRunError
 from haystack_state.agent.hooks import is_hook_object
 from haystack_state.testing import ScriptedChatGenerator
@@ -134,7 +134,7 @@ def test_the_six_points_run_in_order_and_see_the_same_run_values() -> None:
         "on_exit",
         "after_run",
     ]
-    before_run, first_llm, before_tool, after_tool, second_llm, on_exit, after_run = logs[1]
+    before_run, _first_llm, before_tool, after_tool, second_llm, on_exit, after_run = logs[1]
     assert before_run[1:4] == (0, {}, {"save": 0, "final_answer": 0})
     assert before_run[6] == ["save", "final_answer"]
     assert before_tool[3] == {"save": 0, "final_answer": 0} and before_tool[2]["total_tokens"] > 0
@@ -142,7 +142,7 @@ def test_the_six_points_run_in_order_and_see_the_same_run_values() -> None:
     assert second_llm[1] == 1 and second_llm[4] == before_tool[4] > 0  # context_tokens: the last call's
     assert on_exit[1] == 2 and on_exit[5] == "text"
     assert after_run[5] == "text"
-    assert common(ours) .keys() == haystack.keys()
+    assert common(ours).keys() == haystack.keys()
     assert texts(ours["messages"]) == texts(haystack["messages"])
 
 
@@ -410,8 +410,10 @@ def test_hooks_serialize_as_haystack_serializes_them_and_round_trip(agent_class:
     agent = agent_class(chat_generator=scripted("a"), tools=[save], state_schema=TRACE, hooks=hooks)
     data = agent.to_dict()
     assert data["init_parameters"]["hooks"] == {
-        point: [{"type": "haystack.hooks.from_function.FunctionHook", "init_parameters": h.to_dict()["init_parameters"]}
-                for h in entries]
+        point: [
+            {"type": "haystack.hooks.from_function.FunctionHook", "init_parameters": h.to_dict()["init_parameters"]}
+            for h in entries
+        ]
         for point, entries in hooks.items()
     }
     rebuilt = agent_class.from_dict(data)
@@ -427,7 +429,11 @@ def test_haystacks_hooks_round_trip_through_our_agent() -> None:
         "before_llm": [TokenBudgetHook(max_total_tokens=50, add_final_message=True)],
         "before_tool": [
             ConfirmationHook(
-                {"save": BlockingConfirmationStrategy(confirmation_policy=NeverAskPolicy(), confirmation_ui=ScriptedUI())}
+                {
+                    "save": BlockingConfirmationStrategy(
+                        confirmation_policy=NeverAskPolicy(), confirmation_ui=ScriptedUI()
+                    )
+                }
             )
         ],
     }
@@ -486,13 +492,17 @@ class UsageGenerator:
 
 def test_token_usage_sums_numbers_and_keeps_the_latest_other_values() -> None:
     haystack, ours = run_both(lambda cls: cls(chat_generator=UsageGenerator(), tools=[save]), user())
-    assert ours["token_usage"] == haystack["token_usage"] == {
-        "prompt_tokens": 30,
-        "completion_tokens": 2,
-        "model": "m-2",
-        "details": {"cached": 5, "tier": "paid"},
-        "extra": {"first_seen": 1},
-    }
+    assert (
+        ours["token_usage"]
+        == haystack["token_usage"]
+        == {
+            "prompt_tokens": 30,
+            "completion_tokens": 2,
+            "model": "m-2",
+            "details": {"cached": 5, "tier": "paid"},
+            "extra": {"first_seen": 1},
+        }
+    )
 
 
 class LockHolder:
@@ -584,7 +594,10 @@ def test_confirmation_hook_with_never_ask_runs_the_tool(agent_class: Any) -> Non
 
 
 def test_confirmation_hook_rejection_and_modification_are_applied_the_same_way() -> None:
-    answers = [ConfirmationUIResult("reject", feedback="not now"), ConfirmationUIResult("modify", new_tool_params={"content": "edited"})]
+    answers = [
+        ConfirmationUIResult("reject", feedback="not now"),
+        ConfirmationUIResult("modify", new_tool_params={"content": "edited"}),
+    ]
     uis: list[ScriptedUI] = []
 
     def build(cls: Any) -> Any:
@@ -601,8 +614,11 @@ def test_confirmation_hook_rejection_and_modification_are_applied_the_same_way()
     assert texts(ours["messages"]) == texts(haystack["messages"])
     assert [m.role for m in ours["messages"]] == [m.role for m in haystack["messages"]]
     assert ours["tool_call_counts"] == haystack["tool_call_counts"]
-    executed = [m.tool_call_result.origin.arguments for m in ours["messages"] if m.tool_call_result and
-                m.tool_call_result.result == "saved"]
+    executed = [
+        m.tool_call_result.origin.arguments
+        for m in ours["messages"]
+        if m.tool_call_result and m.tool_call_result.result == "saved"
+    ]
     assert executed == [{"content": "edited"}]
 
 
