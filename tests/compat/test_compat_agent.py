@@ -16,11 +16,12 @@ import pytest
 from fake_openai import FakeOpenAIServer
 from haystack import Pipeline, component
 from haystack.components.agents import Agent as HaystackAgent
+from haystack.components.agents.state import State as HaystackState
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.dataclasses import ChatMessage, StreamingChunk
 from haystack.tools import ComponentTool as HaystackComponentTool
 from haystack.tools import Toolset, tool
-from haystack.tools.errors import ToolInvocationError
+from haystack.tools.errors import SchemaGenerationError, ToolInvocationError
 from haystack.utils import Secret
 
 from compat.agent_helpers import (
@@ -38,7 +39,8 @@ from compat.agent_helpers import (
 )
 from compat.agent_helpers import agent_class as agent_class  # fixtures
 from compat.agent_helpers import trusted_here as trusted_here
-from haystack_state import Agent, AgentRunError
+from haystack_state import Agent, AgentRunError, State
+from haystack_state import tool as our_tool
 from haystack_state.testing import ScriptedChatGenerator
 from haystack_state.tools import ComponentTool
 
@@ -521,3 +523,38 @@ def test_an_agent_in_a_pipeline(agent_class: Any) -> None:
     assert outputs["last_message"].text == "done"
     assert outputs["notes"] == ["seed"] and outputs["step_count"] == 2
     assert outputs["messages"][0].text == "About tea"
+
+
+# --- State classes across the two agents -----------------------------------------------------------------------------
+
+
+def note_with_haystack_state(text: Annotated[str, "the note"], state: HaystackState) -> str:
+    """Write a note into the state."""
+    state.set("notes", [text])
+    return "noted"
+
+
+def note_with_our_state(text: Annotated[str, "the note"], state: State) -> str:
+    """Write a note into the state."""
+    state.set("notes", [text])
+    return "noted"
+
+
+def test_a_tool_taking_haystacks_state_works_in_both_agents(agent_class: Any) -> None:
+    for made in (tool(note_with_haystack_state), our_tool(note_with_haystack_state)):
+        model = scripted(call(made.name, text="tea"), "done")
+        result = agent_class(chat_generator=model, tools=[made], state_schema=NOTES).run(messages=user())
+        assert result["notes"] == ["tea"]
+
+
+def test_a_tool_taking_our_state_gets_no_state_in_haystacks_agent() -> None:
+    """A known limit (README): haystack-ai injects only its own State class (an identity check)."""
+    with pytest.raises(SchemaGenerationError):
+        tool(note_with_our_state)
+    made = our_tool(note_with_our_state)
+    model = scripted(call(made.name, text="tea"), "done")
+    result = HaystackAgent(chat_generator=model, tools=[made], state_schema=NOTES).run(messages=user())
+    assert "notes" not in result
+    assert "missing 1 required positional argument: 'state'" in str(texts(result["messages"])[2])
+    model = scripted(call(made.name, text="tea"), "done")
+    assert Agent(chat_generator=model, tools=[made], state_schema=NOTES).run(user())["notes"] == ["tea"]
