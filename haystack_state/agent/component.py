@@ -164,9 +164,9 @@ class Agent(ThreadMethods, StreamMethods):
 
     # Serialized (and registered with Pipelines) under its public path, whatever module it is defined in.
     __module__ = "haystack_state.agent"
-    #: Inputs a ``ComponentTool`` wrapping the agent does not show the model: which thread a sub-agent runs on is
-    #: the application's choice, never the model's.
-    hidden_from_tools: ClassVar[frozenset[str]] = frozenset({"thread_id", "checkpoint_id"})
+    #: Inputs a ``ComponentTool`` wrapping the agent does not show the model: which thread a sub-agent runs on, and
+    #: the run's live dependencies (``context``), are the application's choice, never the model's.
+    hidden_from_tools: ClassVar[frozenset[str]] = frozenset({"thread_id", "checkpoint_id", "context"})
 
     def __init__(
         self,

@@ -26,6 +26,7 @@ from haystack.utils import Secret
 
 from compat.agent_helpers import (
     AGENT_CLASSES,
+    OUR_EXTRA_INPUTS,
     OUR_EXTRA_OUTPUTS,
     broken,
     call,
@@ -202,7 +203,8 @@ def test_the_component_declares_the_same_inputs_and_outputs_and_ours_adds_its_ow
         inputs = pipeline.inputs(include_components_with_connected_inputs=True)["agent"]
         sockets.append(({k: v["is_mandatory"] for k, v in inputs.items()}, set(pipeline.outputs()["agent"])))
     (haystack_inputs, haystack_outputs), (our_inputs, our_outputs) = sockets
-    assert {k: v for k, v in our_inputs.items() if k not in {"thread_id", "checkpoint_id"}} == haystack_inputs
+    assert {k: our_inputs[k] for k in haystack_inputs} == haystack_inputs
+    assert {"thread_id", "checkpoint_id"} <= set(our_inputs) - set(haystack_inputs) <= OUR_EXTRA_INPUTS
     assert haystack_inputs["who"] is True and haystack_inputs["notes"] is False
     assert our_outputs == haystack_outputs | OUR_EXTRA_OUTPUTS
 
@@ -558,3 +560,25 @@ def test_a_tool_taking_our_state_gets_no_state_in_haystacks_agent() -> None:
     assert "missing 1 required positional argument: 'state'" in str(texts(result["messages"])[2])
     model = scripted(call(made.name, text="tea"), "done")
     assert Agent(chat_generator=model, tools=[made], state_schema=NOTES).run(user())["notes"] == ["tea"]
+
+
+@pytest.mark.usefixtures("trusted_here")
+def test_a_pipeline_yaml_for_haystacks_agent_loads_into_ours_by_changing_its_type_line() -> None:
+    pipeline = Pipeline()
+    pipeline.add_component(
+        "agent",
+        HaystackAgent(
+            chat_generator=scripted(call("save", content="x"), "done"),
+            tools=[save],
+            state_schema=NOTES,
+            user_prompt="About {{ topic }}",
+            exit_conditions=["text"],
+        ),
+    )
+    text = pipeline.dumps()
+    assert text.count("type: haystack.components.agents.agent.Agent") == 1
+    loaded = Pipeline.loads(text.replace("haystack.components.agents.agent.Agent", "haystack_state.agent.Agent"))
+    agent = loaded.get_component("agent")
+    assert isinstance(agent, Agent)
+    outputs = loaded.run({"agent": {"messages": [], "topic": "tea"}})["agent"]
+    assert (outputs["last_message"].text, outputs["tool_call_counts"]) == ("done", {"save": 1})
