@@ -129,9 +129,11 @@ def test_an_invalid_schema_is_a_state_schema_error() -> None:
         make(["hi"], state_schema={"documents": {"handler": merge_lists}})
 
 
-def test_an_exit_condition_naming_no_tool_is_rejected() -> None:
-    with pytest.raises(ValueError, match=r"exit_conditions \['nope'\] name no tool.*search"):
-        make(["hi"], exit_conditions=["text", "nope"])
+def test_an_exit_condition_naming_no_tool_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """As in haystack-ai, a run's tools=... may provide the tool: the agent warns and is built."""
+    agent, _ = make(["hi"], exit_conditions=["text", "nope"])
+    assert "exit_conditions ['nope'] name no tool of this agent (its tools: search" in caplog.text
+    assert agent.exit_conditions == ["text", "nope"]
 
 
 def test_unknown_hook_points_and_uncallable_hooks_are_rejected() -> None:
@@ -180,7 +182,7 @@ def test_a_text_reply_ends_the_run() -> None:
     assert result["last_message"].text == "Hello."
     assert [m.role for m in result["messages"]] == [ChatRole.USER, ChatRole.ASSISTANT]
     assert (result["step_count"], result["exit_reason"]) == (1, "text")
-    assert {key: result[key] for key in SCHEMA} == dict.fromkeys(SCHEMA)  # nothing was written
+    assert not set(SCHEMA) & set(result)  # nothing was written: as in haystack-ai, unset keys are left out
     assert len(generator.calls) == 1
 
 
@@ -693,7 +695,7 @@ def test_token_usage_is_summed_over_the_steps() -> None:
     assert result["token_usage"]["total_tokens"] > 0
 
 
-def test_nested_usage_is_summed_key_by_key_and_missing_usage_is_skipped() -> None:
+def test_nested_usage_is_summed_key_by_key_other_values_kept_and_missing_usage_skipped() -> None:
     script = [
         reply(
             calls=[("search", {"query": "a"})],
@@ -709,7 +711,8 @@ def test_nested_usage_is_summed_key_by_key_and_missing_usage_is_skipped() -> Non
     assert agent.run(user())["token_usage"] == {
         "prompt_tokens": 30,
         "completion_tokens": 5.5,
-        "completion_tokens_details": {"reasoning_tokens": 5},
+        "completion_tokens_details": {"reasoning_tokens": 5, "audio_tokens": None},
+        "cached": True,  # as in haystack-ai: what is not a number is kept as the latest reply reported it
     }
 
 
@@ -770,7 +773,7 @@ def test_the_outputs_do_not_change_the_next_run() -> None:
     first["documents"].append("tampered")
     second = agent.run(user())
     assert len(second["messages"]) == 2
-    assert second["documents"] is None
+    assert "documents" not in second
 
 
 # --- async ---------------------------------------------------------------------------------------------

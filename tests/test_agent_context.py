@@ -96,7 +96,7 @@ def test_a_300_turn_thread_stays_within_its_budget_and_keeps_every_message(tmp_p
             check_pairs(call.messages)
             assert call.messages[0].text == SYSTEM
             assert any(m.is_from("user") and f"Question {i}:" in (m.text or "") for m in call.messages)
-        summary = result["context_summary"]
+        summary = result.get("context_summary")  # left out until a summary is written
         if summary is not None and (not summaries or summary.covers != summaries[-1].covers):
             summaries.append(summary)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 from haystack import component, default_from_dict, default_to_dict, logging
 from haystack.core.serialization import component_to_dict
@@ -59,7 +59,7 @@ from haystack_state.agent.run_state import RUN_KEYS
 from haystack_state.agent.session import ThreadSession
 from haystack_state.agent.streaming import RunOptions, StreamMethods, model_callback, runtime_tools
 from haystack_state.agent.thread_methods import ThreadMethods
-from haystack_state.agent.toolbox import Toolbox, ToolsArg, check_names
+from haystack_state.agent.toolbox import Toolbox, ToolsArg, check_names, unknown_names
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.serde import checkpointer_from_dict
 from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
@@ -162,13 +162,17 @@ class Agent(ThreadMethods, StreamMethods):
         neither a ``Hook`` nor callable.
     :raises StateSchemaError: If the state schema is invalid.
     :raises ValueError: For a schema key or prompt variable that clashes with an output, a ``run`` parameter or a run
-        value, an unknown hook point, a hook registered where it cannot run, an exit condition or ``interrupt_before``
-        tool that names no tool, ``interrupt_before`` without a checkpointer, or a malformed prompt.
+        value, an unknown hook point, a hook registered where it cannot run, an ``interrupt_before`` tool that names
+        no tool, ``interrupt_before`` without a checkpointer, or a malformed prompt. (An exit condition naming no tool
+        is logged as a warning, as a run's ``tools=...`` may provide it; with a toolset, once it is warmed up.)
     :raises ToolDefinitionError: If a tool maps to or from a state key the schema does not declare.
     """
 
     # Serialized (and registered with Pipelines) under its public path, whatever module it is defined in.
     __module__ = "haystack_state.agent"
+    #: Inputs a ``ComponentTool`` wrapping the agent does not show the model: which thread a sub-agent runs on, and
+    #: the run's live dependencies (``context``), are the application's choice, never the model's.
+    hidden_from_tools: ClassVar[frozenset[str]] = frozenset({"thread_id", "checkpoint_id", "context"})
 
     def __init__(
         self,
@@ -306,7 +310,16 @@ class Agent(ThreadMethods, StreamMethods):
                     )
 
     def _check_tool_names(self, specs: dict[str, Any]) -> None:
-        check_names("exit_conditions", self.exit_conditions, specs, allowed=("text",))
+        # As haystack-ai, an exit condition may name a tool that only a run's tools=... provides: a warning, not an
+        # error. interrupt_before (ours) must name the agent's own tools.
+        unknown = unknown_names(self.exit_conditions, specs, allowed=("text",))
+        if unknown:
+            logger.warning(
+                "exit_conditions {unknown} name no tool of this agent (its tools: {tools}): they can end only a run "
+                "given such a tool with run(tools=...).",
+                unknown=unknown,
+                tools=", ".join(specs) or "none",
+            )
         check_names("interrupt_before", self.interrupt_before, specs)
         self._names_checked = True
 
@@ -317,7 +330,7 @@ class Agent(ThreadMethods, StreamMethods):
         Warm up the tools (a lazy toolset loads its tools now), the hooks and the chat generator. ``run`` does it on
         first use.
 
-        :raises ValueError: If ``exit_conditions`` or ``interrupt_before`` name a tool that no tool provides.
+        :raises ValueError: If ``interrupt_before`` names a tool that no tool provides.
         """
         if self._is_warmed_up:
             return

@@ -38,6 +38,7 @@ __all__ = [
     "deserialize_hooks",
     "hook_name",
     "hook_span",
+    "is_hook_object",
     "normalize_hooks",
     "serialize_hooks",
     "unique_hooks",
@@ -52,7 +53,13 @@ HOOK_POINTS = ("before_run", "before_llm", "before_tool", "after_tool", "on_exit
 Hook = Any  # a Hook protocol object or a callable
 
 
-def _is_hook_object(hook: Any) -> bool:
+def is_hook_object(hook: Any) -> bool:
+    """
+    Whether a hook is a haystack ``Hook`` object (it has a callable ``run``) rather than a plain callable.
+
+    :param hook: The hook.
+    :returns: True for a ``Hook`` object.
+    """
     return callable(getattr(hook, "run", None))
 
 
@@ -72,7 +79,7 @@ def normalize_hooks(hooks: Mapping[str, Any] | None) -> dict[str, list[Hook]]:
             raise ValueError(f"Unknown hook point '{point}'. Hook points: {', '.join(HOOK_POINTS)}.")
         entries = list(given) if isinstance(given, list | tuple) else [given]
         for hook in entries:
-            if not _is_hook_object(hook) and not callable(hook):
+            if not is_hook_object(hook) and not callable(hook):
                 raise TypeError(
                     f"Hook at '{point}' must be a haystack Hook (an object with a callable run(state), such as one "
                     f"made with haystack.hooks.hook) or a callable taking the state, got {hook!r}."
@@ -95,7 +102,7 @@ def hook_name(hook: Hook) -> str:
     :returns: The name.
     """
     target = hook
-    if _is_hook_object(hook):
+    if is_hook_object(hook):
         target = getattr(hook, "function", None) or getattr(hook, "async_function", None)
         if target is None:
             return type(hook).__name__
@@ -155,7 +162,7 @@ def call_hook(hook: Hook, point: str, state: Any) -> Any:
     :returns: What the hook returned (an awaitable it returned is run to completion first).
     """
     with hook_span(hook, point):
-        returned = hook.run(state) if _is_hook_object(hook) else hook(state)
+        returned = hook.run(state) if is_hook_object(hook) else hook(state)
         return wait(returned) if inspect.isawaitable(returned) else returned
 
 
@@ -170,7 +177,7 @@ async def call_hook_async(hook: Hook, point: str, state: Any) -> Any:
     :returns: What the hook returned.
     """
     with hook_span(hook, point):
-        if _is_hook_object(hook):
+        if is_hook_object(hook):
             run_async = getattr(hook, "run_async", None)
             if callable(run_async):
                 return await run_async(state)
@@ -243,7 +250,7 @@ def serialize_hooks(hooks: Mapping[str, list[Hook]]) -> dict[str, list[Any]] | N
             continue
         result[point] = []
         for hook in entries:
-            if _is_hook_object(hook):
+            if is_hook_object(hook):
                 if not callable(getattr(hook, "to_dict", None)):
                     raise SerializationError(
                         f"Hook {hook_name(hook)} at '{point}' has no to_dict(), so the Agent cannot be serialized."

@@ -17,6 +17,7 @@ results and, if hooks changed the state after that, at the end.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 import uuid
@@ -49,6 +50,7 @@ from haystack_state.agent.events import (
     RunStarted,
     StateChanged,
 )
+from haystack_state.agent.hooks import is_hook_object
 from haystack_state.agent.run_state import RunState
 from haystack_state.agent.session import ThreadSession, in_call_order, plan_continuation, reset_run_scope
 from haystack_state.agent.spans import current_span, span
@@ -123,25 +125,23 @@ EXIT_CANCELLED = "cancelled"
 EXIT_FINISH_REASONS = frozenset({"length", "content_filter"})
 
 
-def add_usage(total: dict[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
+def add_usage(total: Any, usage: Any) -> Any:
     """
-    Add a reply's ``usage`` meta to a running total: numbers are summed, nested dicts are summed key by key.
+    Add a reply's ``usage`` meta to a running total, as haystack-ai does: numbers are summed, dicts are merged key by
+    key, and any other value (a model name, a tier) is replaced by the newer one.
 
     :param total: The running total (not modified).
     :param usage: One reply's usage.
     :returns: The new total.
     """
-    result = dict(total)
-    for key, value in usage.items():
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int | float):
-            current = result.get(key, 0)
-            result[key] = (current if isinstance(current, int | float) else 0) + value
-        elif isinstance(value, Mapping):
-            current = result.get(key)
-            result[key] = add_usage(current if isinstance(current, dict) else {}, value)
-    return result
+    if isinstance(total, Mapping) and isinstance(usage, Mapping):
+        result = dict(total)
+        for key, value in usage.items():
+            result[key] = add_usage(result[key], value) if key in result else copy.deepcopy(value)
+        return result
+    if isinstance(total, int | float) and isinstance(usage, int | float):
+        return total + usage
+    return copy.deepcopy(usage)
 
 
 def _first_number(usage: Mapping[str, Any], keys: Sequence[str]) -> int:
@@ -770,13 +770,19 @@ class AgentRun:
         return first
 
     def _keep_going_on_exit(self) -> Generator[Effect, Any, bool]:
-        """Run the ``on_exit`` hooks; whether one asked to keep going (``continue_run``, or returning True)."""
+        """
+        Run the ``on_exit`` hooks; whether one asked to keep going: set ``continue_run``, or, for a plain callable (not
+        a ``Hook`` object, whose return value haystack-ai ignores), returned True.
+        """
         if "on_exit" not in self.hook_points:
             return False
         values = self.state.run_values
         values["continue_run"] = False
         returned = yield from self._hooks("on_exit")
-        keep_going = bool(values["continue_run"]) or any(r is True for r in returned)
+        hooks = self.hooks["on_exit"]
+        keep_going = bool(values["continue_run"]) or any(
+            r is True and not is_hook_object(h) for h, r in zip(hooks, returned, strict=True)
+        )
         values["continue_run"] = False
         return keep_going
 
@@ -945,8 +951,11 @@ class AgentRun:
     def _outputs(self) -> dict[str, Any]:
         state, values = self.state, self.state.run_values
         messages = list(state.view("messages") or [])
+        # As in haystack-ai, a key nothing set (and without a default) is left out; so are private outputs.
         outputs: dict[str, Any] = {
-            key: state.get(key) for key, spec in self.config.schema.items() if key != "messages" and spec.is_output
+            key: state.get(key)
+            for key, spec in self.config.schema.items()
+            if key != "messages" and spec.is_output and state.has(key)
         }
         outputs.update(
             messages=messages,

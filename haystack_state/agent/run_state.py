@@ -15,6 +15,7 @@ live objects), never frozen or copied, and never handed to tools through their s
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -37,6 +38,10 @@ RUN_KEYS: dict[str, tuple[type, ...]] = {
     "hook_context": (dict,),
     "context": (RunContext,),
 }
+
+
+#: The run values ``get`` hands out as copies.
+_COPIED_ON_GET = frozenset({"token_usage", "tool_call_counts"})
 
 
 def _run_value_defaults() -> dict[str, Any]:
@@ -140,7 +145,10 @@ class RunState(State):
 
     def get(self, key: str, default: Any = None) -> Any:
         if key in self.run_values:
-            return self.run_values[key]
+            value = self.run_values[key]
+            # The counters are the run's own: a hook changing what it read must not change them (haystack-ai's get
+            # deep-copies too). hook_context and tools are the caller's live objects, handed out as they are.
+            return copy.deepcopy(value) if key in _COPIED_ON_GET else value
         return super().get(key, default)
 
     def has(self, key: str) -> bool:

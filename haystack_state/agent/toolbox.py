@@ -28,7 +28,7 @@ from haystack_state.errors import ToolDefinitionError
 from haystack_state.schema import FieldSpec
 from haystack_state.tools.spec import ToolSpec, tool_spec
 
-__all__ = ["RunTools", "Toolbox", "check_names", "model_tool"]
+__all__ = ["RunTools", "Toolbox", "check_names", "model_tool", "unknown_names"]
 
 ToolsArg = list[Tool | Toolset] | Toolset
 
@@ -203,6 +203,18 @@ class Toolbox:
         return selected
 
 
+def unknown_names(names: Iterable[str], specs: Mapping[str, Any], allowed: Sequence[str] = ()) -> list[str]:
+    """
+    The names that name none of the agent's tools (nor an ``allowed`` value), in the order given.
+
+    :param names: The names given.
+    :param specs: The agent's tools by name.
+    :param allowed: Other accepted values.
+    :returns: The unknown names.
+    """
+    return [name for name in names if name not in specs and name not in allowed]
+
+
 def check_names(what: str, names: Iterable[str], specs: Mapping[str, Any], allowed: Sequence[str] = ()) -> None:
     """
     Check that tool names given to the Agent (``exit_conditions``, ``interrupt_before``) name its tools.
@@ -213,7 +225,7 @@ def check_names(what: str, names: Iterable[str], specs: Mapping[str, Any], allow
     :param allowed: Other accepted values (``"text"`` for ``exit_conditions``).
     :raises ValueError: Naming the unknown names and the tools.
     """
-    unknown = [name for name in names if name not in specs and name not in allowed]
+    unknown = unknown_names(names, specs, allowed)
     if unknown:
         choices = ", ".join([*allowed, *specs]) or "none"
         raise ValueError(f"{what} {unknown} name no tool of this agent. Use one of: {choices}.")

@@ -105,9 +105,11 @@ def component_parameters(component: Any) -> list[ToolParameter]:
 
     :param component: A Haystack component instance.
     :returns: One :class:`ToolParameter` per input socket, described by :func:`component_param_descriptions` or,
-        for an undocumented input, as ``"Input 'name' for the component."``.
+        for an undocumented input, as ``"Input 'name' for the component."``; the sockets a component names in its
+        ``hidden_from_tools`` attribute (an Agent's ``thread_id`` and ``checkpoint_id``) are left out.
     """
     docs = component_param_descriptions(component)
+    hidden = frozenset(getattr(component, "hidden_from_tools", ()))
     return [
         ToolParameter(
             name=name,
@@ -116,6 +118,7 @@ def component_parameters(component: Any) -> list[ToolParameter]:
             description=docs.get(name, f"Input '{name}' for the component."),
         )
         for name, socket in input_sockets(component).items()
+        if name not in hidden
     ]
 
 
