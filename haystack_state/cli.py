@@ -46,8 +46,8 @@ from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.records import CheckpointMeta, ThreadInfo
 from haystack_state.persistence.sqlite import THREADS, SQLiteCheckpointer
 from haystack_state.server.cli import add_serve_command
-from haystack_state.store.cli import add_store_commands
 from haystack_state.state import State
+from haystack_state.store.cli import add_store_commands
 from haystack_state.values import to_jsonable
 
 __all__ = ["main", "build_parser"]

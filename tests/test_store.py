@@ -171,7 +171,13 @@ def test_namespaces_are_isolated(store: Store) -> None:
 def test_list_namespaces(store: Store) -> None:
     for namespace in [("a", "b", "c"), ("a", "b", "d", "e"), ("a", "b", "d", "i"), ("a", "c", "f"), ("z",)]:
         store.put(namespace, "k", {"v": 1})
-    assert store.list_namespaces() == [("a", "b", "c"), ("a", "b", "d", "e"), ("a", "b", "d", "i"), ("a", "c", "f"), ("z",)]
+    assert store.list_namespaces() == [
+        ("a", "b", "c"),
+        ("a", "b", "d", "e"),
+        ("a", "b", "d", "i"),
+        ("a", "c", "f"),
+        ("z",),
+    ]
     assert store.list_namespaces(prefix=("a", "b")) == [("a", "b", "c"), ("a", "b", "d", "e"), ("a", "b", "d", "i")]
     assert store.list_namespaces(prefix=("a", "b"), max_depth=3) == [("a", "b", "c"), ("a", "b", "d")]
     assert store.list_namespaces(suffix=("f",)) == [("a", "c", "f")]

@@ -53,8 +53,10 @@ def test_put_get_search_namespaces_delete(capsys: pytest.CaptureFixture[str], db
     code, out, _ = run(capsys, "store", "delete", "users.u1.memories", "m1", *db)
     assert code == 0 and out == "deleted users.u1.memories  m1\n"
     code, out, err = run(capsys, "store", "get", "users.u1.memories", "m1", *db)
-    assert code == 1 and out == "" and err.strip() == (
-        "haystack-state: error: No item with key 'm1' in namespace ('users', 'u1', 'memories')."
+    assert (
+        code == 1
+        and out == ""
+        and err.strip() == ("haystack-state: error: No item with key 'm1' in namespace ('users', 'u1', 'memories').")
     )
 
 

@@ -37,8 +37,8 @@ from haystack_state.server.routers import threads as threads_router
 from haystack_state.server.runs import AtCapacity, NotCancellable, RunManager
 from haystack_state.server.storage import QueueFull, ServerStorage, ThreadBusy
 from haystack_state.server.stores import store_for
-from haystack_state.store.base import Store
 from haystack_state.server.wire import WireError
+from haystack_state.store.base import Store
 
 __all__ = ["Auth", "Limits", "Server", "create_app"]
 

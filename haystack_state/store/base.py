@@ -84,7 +84,9 @@ class Store(abc.ABC):
         try:
             self.default_ttl = check_ttl(default_ttl, ("default_ttl",))
         except StoreInputError as error:
-            raise ValueError(f"default_ttl must be a positive number of seconds or None, got {default_ttl!r}.") from error
+            raise ValueError(
+                f"default_ttl must be a positive number of seconds or None, got {default_ttl!r}."
+            ) from error
         self._closed = False
 
     # --- the public API -----------------------------------------------------------------------------------------
@@ -150,7 +152,7 @@ class Store(abc.ABC):
         /,
         *,
         query: str | None = None,
-        filter: Mapping[str, Any] | None = None,  # noqa: A002 - LangGraph's name
+        filter: Mapping[str, Any] | None = None,
         limit: int = 10,
         offset: int = 0,
         refresh_ttl: bool = True,
@@ -179,7 +181,7 @@ class Store(abc.ABC):
         /,
         *,
         query: str | None = None,
-        filter: Mapping[str, Any] | None = None,  # noqa: A002 - LangGraph's name
+        filter: Mapping[str, Any] | None = None,
         limit: int = 10,
         offset: int = 0,
         refresh_ttl: bool = True,
@@ -221,11 +223,11 @@ class Store(abc.ABC):
 
     def purge_expired(self) -> int:
         """Delete the items whose TTL has passed (reads ignore them already). :returns: How many."""
-        return self._drive(self._one(ops.Purge(time.time())))
+        return int(self._drive(self._one(ops.Purge(time.time()))))
 
     async def apurge_expired(self) -> int:
         """:meth:`purge_expired`, awaiting the storage."""
-        return await self._adrive(self._one(ops.Purge(time.time())))
+        return int(await self._adrive(self._one(ops.Purge(time.time()))))
 
     # --- settings and lifetime -------------------------------------------------------------------------------
 
@@ -353,9 +355,7 @@ class Store(abc.ABC):
 
     # --- flows --------------------------------------------------------------------------------------------------
 
-    def _put_flow(
-        self, namespace: Any, key: Any, value: Any, ttl: Any, index: bool | list[str] | None
-    ) -> Flow[None]:
+    def _put_flow(self, namespace: Any, key: Any, value: Any, ttl: Any, index: bool | list[str] | None) -> Flow[None]:
         labels = check_namespace(namespace)
         key = check_key(key, labels)
         encoded, text = encode_value(value, labels, key)
@@ -392,7 +392,7 @@ class Store(abc.ABC):
         return deleted
 
     def _search_flow(
-        self, prefix: Any, query: Any, filter: Any, limit: Any, offset: Any, refresh_ttl: bool  # noqa: A002
+        self, prefix: Any, query: Any, filter: Any, limit: Any, offset: Any, refresh_ttl: bool
     ) -> Flow[list[Item]]:
         labels = check_prefix(prefix)
         conditions = check_filter(filter)
@@ -483,7 +483,9 @@ class Store(abc.ABC):
         try:
             value = decode(from_json(row.value), where=f"the value of key {row.key!r} in namespace {namespace!r}")
         except CodecError as error:
-            raise StoreError(f"{type(self).__name__}: cannot read key {row.key!r} in namespace {namespace!r}: {error}")
+            raise StoreError(
+                f"{type(self).__name__}: cannot read key {row.key!r} in namespace {namespace!r}: {error}"
+            ) from error
         if not isinstance(value, dict):
             raise StoreError(
                 f"{type(self).__name__}: the stored value of key {row.key!r} in namespace {namespace!r} is not a dict."

@@ -58,7 +58,9 @@ class Embedder:
         try:
             result = [[float(x) for x in vector] for vector in vectors]
         except (TypeError, ValueError) as error:
-            raise StoreError(f"The store's embedder returned something that is not a list of vectors: {error}") from error
+            raise StoreError(
+                f"The store's embedder returned something that is not a list of vectors: {error}"
+            ) from error
         if len(result) != count:
             raise StoreError(f"The store's embedder returned {len(result)} vectors for {count} texts.")
         for vector in result:

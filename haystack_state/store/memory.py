@@ -92,9 +92,7 @@ class InMemoryStore(Store):
 
     def _search(self, op: ops.Search) -> list[Row]:
         found = [
-            (ns, key, entry)
-            for (ns, key), entry in self._items.items()
-            if entry.live(op.now) and _under(ns, op.prefix)
+            (ns, key, entry) for (ns, key), entry in self._items.items() if entry.live(op.now) and _under(ns, op.prefix)
         ]
         if op.terms is not None:
             scores = bm25_scores([entry.text for _, _, entry in found], op.terms)

@@ -11,10 +11,11 @@ not use ``pgvector``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -93,6 +94,17 @@ def _condition_sql(index: int, condition: Condition, params: dict[str, Any]) -> 
     return f"NOT COALESCE({equal}, false)" if condition.op == "$ne" else f"COALESCE({equal}, false)"
 
 
+@contextlib.contextmanager
+def _alone() -> Iterator[None]:
+    """No transaction block: the operation is one statement, a transaction of its own (one round trip)."""
+    yield
+
+
+@contextlib.asynccontextmanager
+async def _aalone() -> AsyncIterator[None]:
+    yield
+
+
 class PostgresStore(Store):
     """
     A store backed by PostgreSQL. Creates or migrates its table on construction.
@@ -111,9 +123,10 @@ class PostgresStore(Store):
         self._conninfo = conninfo
         self._schema = schema
         self._max_connections = max_connections
-        self._dsn = conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo
-        if not isinstance(self._dsn, str):
+        dsn = conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo
+        if not isinstance(dsn, str):
             raise ValueError("PostgresStore: conninfo must be a connection string or a Secret holding one.")
+        self._dsn: str = dsn
         self._names = {
             "items": sql.Identifier(schema, "haystack_state_store"),
             "migrations": sql.Identifier(schema, "haystack_state_store_migrations"),
@@ -173,12 +186,12 @@ class PostgresStore(Store):
     def _q(self, template: str) -> sql.Composed:
         query = self._queries.get(template)
         if query is None:
-            query = self._queries[template] = sql.SQL(template).format(**self._names)  # type: ignore[arg-type]
+            query = self._queries[template] = sql.SQL(template).format(**self._names)
         return query
 
     def _execute(self, op: ops.Op) -> Any:
         script = self._scripts[type(op)](op)
-        with self._pool.connection() as conn, conn.transaction():
+        with self._pool.connection() as conn, conn.transaction() if isinstance(op, ops.Touch) else _alone():
             result: Any = None
             while True:
                 try:
@@ -191,7 +204,7 @@ class PostgresStore(Store):
     async def _aexecute(self, op: ops.Op) -> Any:
         script = self._scripts[type(op)](op)
         pool = await self._async_pool()
-        async with pool.connection() as conn, conn.transaction():
+        async with pool.connection() as conn, conn.transaction() if isinstance(op, ops.Touch) else _aalone():
             result: Any = None
             while True:
                 try:
@@ -236,10 +249,9 @@ class PostgresStore(Store):
         for ref, pool in pools:
             loop = ref()
             if loop is not None and loop.is_running() and not loop.is_closed():
-                try:
+                # the loop may be this thread's, or stop meanwhile: its pool then goes with it
+                with contextlib.suppress(Exception):
                     asyncio.run_coroutine_threadsafe(pool.close(), loop).result(timeout=10)
-                except Exception:  # the loop is this thread's, or it stopped meanwhile: its pool goes with it
-                    pass
         self._pool.close()
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:

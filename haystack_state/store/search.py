@@ -44,7 +44,7 @@ class Condition:
     operand: Any
 
 
-def check_filter(filter: Any) -> list[Condition]:  # noqa: A002 - the name of LangGraph's parameter
+def check_filter(filter: Any) -> list[Condition]:
     """
     Check a filter: ``{"field": value}`` (equality) or ``{"field": {"$gt": value, ...}}`` with the operators
     ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, on the value's top-level fields.

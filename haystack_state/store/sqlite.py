@@ -129,9 +129,7 @@ class SQLiteStore(Store):
             with self._pool_lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                conn = sqlite3.connect(
-                    self._path, timeout=self._timeout, check_same_thread=False, isolation_level=None
-                )
+                conn = sqlite3.connect(self._path, timeout=self._timeout, check_same_thread=False, isolation_level=None)
                 conn.execute("PRAGMA synchronous=NORMAL")
                 with self._pool_lock:
                     self._all.append(conn)

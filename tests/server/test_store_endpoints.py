@@ -78,9 +78,7 @@ def test_put_get_search_list_and_delete_through_the_sdk(served: Served, backend:
         ({"namespace": ["a"], "key": "k", "value": {}, "extra": 1}, "extra"),
     ],
 )
-def test_bad_puts_are_422s_naming_the_field_and_write_nothing(
-    served: Served, body: dict[str, Any], field: str
-) -> None:
+def test_bad_puts_are_422s_naming_the_field_and_write_nothing(served: Served, body: dict[str, Any], field: str) -> None:
     http = served.http()
     answer = http.put("/store/items", json=body)
     assert answer.status_code == 422, answer.text
