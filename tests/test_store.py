@@ -396,9 +396,10 @@ def test_the_async_twins(store: Store) -> None:
 # --- errors and serialization ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)  # the in-memory store has no driver
 def test_driver_errors_are_wrapped_with_the_cause(backend: Backend) -> None:
-    if backend.name == "memory":
-        pytest.skip("the in-memory store has no driver")
     store = backend.make()
     store.put(NS, "k", {"v": 1})
     backend.sql(store, "DROP TABLE haystack_state_store")
