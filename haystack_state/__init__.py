@@ -1,5 +1,7 @@
 """haystack-state: a schema-driven, typed, durable State for Haystack tool-calling agents."""
 
+from typing import TYPE_CHECKING, Any
+
 from haystack.core.serialization import allow_deserialization_module
 
 from haystack_state.agent import Agent
@@ -29,6 +31,8 @@ from haystack_state.errors import (
     StateSchemaError,
     StateSerializationError,
     StateTypeError,
+    StoreError,
+    StoreInputError,
     ThreadBusyError,
     ThreadConflictError,
     ThreadNotFoundError,
@@ -53,8 +57,12 @@ from haystack_state.persistence import (
 )
 from haystack_state.runtime import RunContext
 from haystack_state.state import StagedState, State
+from haystack_state.store import InMemoryStore, Item, SQLiteStore, Store
 from haystack_state.tools import ComponentTool, FunctionTool, ToolSpec, tool, tool_spec, tool_specs
 from haystack_state.values import FrozenDict, FrozenList, thaw
+
+if TYPE_CHECKING:
+    from haystack_state.store.postgres import PostgresStore as PostgresStore
 
 # Our handlers and components are named by import path in serialized schemas and pipeline YAML; haystack-ai only
 # loads callables and classes from allowlisted modules, and this package is safe to load from.
@@ -100,6 +108,12 @@ __all__ = [
     "StateSchemaError",
     "StateSerializationError",
     "StateTypeError",
+    "Store",
+    "StoreError",
+    "StoreInputError",
+    "InMemoryStore",
+    "Item",
+    "SQLiteStore",
     "ThreadBusyError",
     "ThreadConflictError",
     "ThreadNotFoundError",
@@ -122,3 +136,12 @@ __all__ = [
     "tool_specs",
     "unique",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresStore needs the postgres extra: imported on first use, and left out of __all__.
+    if name == "PostgresStore":
+        from haystack_state.store.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,9 @@ SQLite file or a ``postgresql://`` URL (with ``--schema``).
 - ``haystack-state diff DB THREAD A B``: what changed from checkpoint A to checkpoint B;
 - ``haystack-state delete DB THREAD``: delete a thread;
 - ``haystack-state prune DB [--thread T] [--keep-last N] [--older-than SECONDS]``: remove old checkpoints and
-  expired threads.
+  expired threads;
+- ``haystack-state store put|get|search|delete|namespaces --db DB ...``: a long-term memory store (see
+  :mod:`haystack_state.store.cli`).
 
 ``--json`` (anywhere on the line) prints JSON on stdout and nothing else; ``--version`` prints the version. The read
 commands never write: a read-only SQLite file is opened read-only. They need no schema: they show the stored values.
@@ -46,6 +48,7 @@ from haystack_state.persistence.records import CheckpointMeta, ThreadInfo
 from haystack_state.persistence.sqlite import THREADS, SQLiteCheckpointer
 from haystack_state.server.cli import add_serve_command
 from haystack_state.state import State
+from haystack_state.store.cli import add_store_commands
 from haystack_state.values import to_jsonable
 
 __all__ = ["main", "build_parser"]
@@ -529,6 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune.set_defaults(handler=_cmd_prune)
 
     add_serve_command(commands)
+    add_store_commands(commands)
     return parser
 
 

@@ -211,3 +211,21 @@ class CheckpointStorageError(CheckpointError):
 
 class CodecError(CheckpointError, ValueError):
     """A value cannot be encoded to, or decoded from, stored JSON."""
+
+
+# --- Long-term memory store ------------------------------------------------------------------------
+
+
+class StoreError(HaystackStateError):
+    """
+    A long-term memory store failed: its storage (a locked or deleted file, a lost database connection; the driver's
+    error is the ``__cause__``), unreadable stored data, or a closed store. The message names the operation, the
+    namespace and the key.
+    """
+
+
+class StoreInputError(StoreError, ValueError):
+    """
+    A namespace, key, value, filter or paging argument given to a store is invalid. The message names it; nothing
+    was read or written.
+    """

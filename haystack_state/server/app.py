@@ -32,10 +32,13 @@ from haystack_state.server.database import database_for
 from haystack_state.server.executor import FinalValuesExecutor
 from haystack_state.server.routers import assistants as assistants_router
 from haystack_state.server.routers import runs as runs_router
+from haystack_state.server.routers import store as store_router
 from haystack_state.server.routers import threads as threads_router
 from haystack_state.server.runs import AtCapacity, NotCancellable, RunManager
 from haystack_state.server.storage import QueueFull, ServerStorage, ThreadBusy
+from haystack_state.server.stores import store_for
 from haystack_state.server.wire import WireError
+from haystack_state.store.base import Store
 
 __all__ = ["Auth", "Limits", "Server", "create_app"]
 
@@ -46,7 +49,7 @@ def create_app(
     agents: Agent | Mapping[str, Agent],
     *,
     checkpointer: Checkpointer | None = None,
-    store: Any = None,
+    store: Store | None = None,
     auth: Auth | None = None,
     limits: Limits | None = None,
     database: str | None = None,
@@ -64,7 +67,9 @@ def create_app(
     :param agents: The agents to serve, each an *assistant*: ``{"name": agent}``, or one agent (served as
         ``"agent"``). Every agent needs a checkpointer, the same one.
     :param checkpointer: The agents' checkpointer (they must use it); found from the agents if None.
-    :param store: A long-term memory store (not supported yet; must be None).
+    :param store: The long-term memory store served at ``/store``; by default a store on the checkpointer's
+        database (or ``database``), closed with the app. With ``auth``, each user's items live under
+        ``("owners", <user>, ...)`` and no user sees another's.
     :param auth: Maps a request to its user's id (sync or async), or refuses it (``None`` gives 401; or raise
         ``HTTPException``). Threads and runs belong to the user who created them: another user gets 404. Without
         it, every request is the same anonymous user; bind the server to 127.0.0.1 then.
@@ -74,10 +79,8 @@ def create_app(
     :param poll_interval: How often (seconds) workers look for queued runs.
     :param lease_seconds: How long a run claimed by a worker that stopped stays claimed.
     :returns: The app.
-    :raises ValueError: For no agents, agents without (or with different) checkpointers, or a store.
+    :raises ValueError: For no agents, or agents without (or with different) checkpointers.
     """
-    if store is not None:
-        raise ValueError("create_app(store=...) is not supported yet: the long-term memory Store has not landed.")
     named = {"agent": agents} if isinstance(agents, Agent) else dict(agents)
     registry = Assistants(named, checkpointer)
     limits = limits or Limits()
@@ -91,7 +94,10 @@ def create_app(
         poll_interval=poll_interval,
         lease_seconds=lease_seconds,
     )
-    server = Server(registry, storage, manager, limits, auth)
+    owns_store = store is None
+    if store is None:
+        store = store_for(registry.checkpointer, database)
+    server = Server(registry, storage, manager, limits, auth, store)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -100,10 +106,12 @@ def create_app(
             yield
         finally:
             await manager.stop()
+            if owns_store:
+                await store.aclose()
 
     app = FastAPI(title="haystack-state", summary="The Agent Protocol for haystack-state agents", lifespan=lifespan)
     app.state.server = server
-    for router in (assistants_router.router, threads_router.router, runs_router.router):
+    for router in (assistants_router.router, threads_router.router, runs_router.router, store_router.router):
         app.include_router(router)
     app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="ui")
 
@@ -148,6 +156,10 @@ def _error_handlers(app: FastAPI) -> None:
         key = getattr(error, "key", None)
         field = f"input.{key}" if key else "input"
         return detail(422, str(error), param=field, errors=[{"field": field, "message": str(error)}])
+
+    @app.exception_handler(store_router.FieldError)
+    async def bad_store_field(_: Request, error: store_router.FieldError) -> JSONResponse:
+        return store_router.unprocessable_response(error)
 
     @app.exception_handler(CodecError)
     async def bad_codec(_: Request, error: CodecError) -> JSONResponse:

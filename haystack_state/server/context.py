@@ -15,6 +15,7 @@ from fastapi import Depends, HTTPException, Request
 from haystack_state.server.assistants import Assistants
 from haystack_state.server.runs import RunManager
 from haystack_state.server.storage import ServerStorage
+from haystack_state.store.base import Store
 
 __all__ = ["Auth", "Limits", "Server", "ServerDep", "UserDep", "get_server", "get_user"]
 
@@ -56,6 +57,7 @@ class Server:
     :param runs: Submits, executes and follows runs.
     :param limits: The limits.
     :param auth: The auth callable, or None (one anonymous user).
+    :param store: The long-term memory store served at ``/store``, or None.
     """
 
     assistants: Assistants
@@ -63,6 +65,7 @@ class Server:
     runs: RunManager
     limits: Limits
     auth: Auth | None
+    store: Store | None = None
 
     async def user(self, request: Request) -> str:
         """

@@ -1,0 +1,386 @@
+"""
+:class:`PostgresStore`: a store in PostgreSQL (psycopg 3), with full-text search on a ``tsvector`` column (the
+``english`` configuration, ranked by ``ts_rank``) and a GIN index.
+
+Each operation is written once, as a *script*: a generator that yields SQL statements and receives their rows, so the
+sync methods (on a ``ConnectionPool``) and the async ones (on an ``AsyncConnectionPool`` of the caller's event loop,
+one per loop) run the same SQL. Semantic search keeps embeddings in a plain column and ranks them in Python: it does
+not use ``pgvector``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+except ImportError as _error:  # pragma: no cover - depends on the installed extras
+    raise ImportError('PostgresStore needs the postgres extra: pip install "haystack-state[postgres]"') from _error
+
+from haystack.core.errors import SerializationError
+from haystack.utils import Secret
+
+from haystack_state.errors import StoreError
+from haystack_state.store import ops
+from haystack_state.store.base import Store
+from haystack_state.store.records import Row
+from haystack_state.store.search import Condition
+
+__all__ = ["MIGRATIONS", "PostgresStore"]
+
+#: Append-only: the schema version is the number of migrations applied. Never edit or reorder an entry.
+MIGRATIONS: list[tuple[str, ...]] = [
+    (
+        """CREATE TABLE {items} (
+            namespace text COLLATE "C" NOT NULL,
+            key text NOT NULL,
+            value text NOT NULL,
+            doc jsonb,
+            tsv tsvector NOT NULL,
+            vector text,
+            created_at double precision NOT NULL,
+            updated_at double precision NOT NULL,
+            ttl double precision,
+            expires_at double precision,
+            PRIMARY KEY (namespace, key)
+        )""",
+        "CREATE INDEX ON {items} USING gin (tsv)",
+        "CREATE INDEX ON {items} (updated_at)",
+        "CREATE INDEX ON {items} (expires_at) WHERE expires_at IS NOT NULL",
+    ),
+]
+
+_VISIBLE = "(s.expires_at IS NULL OR s.expires_at > %(now)s)"
+_COLUMNS = "s.namespace, s.key, s.value, s.created_at, s.updated_at, s.ttl"
+_SIGNS = {"$eq": "=", "$ne": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+ONE, ALL, COUNT = "one", "all", "count"
+Script = Generator[tuple[str, dict[str, Any], str], Any, Any]
+
+
+def _prefix_sql(prefix: str, params: dict[str, Any]) -> str:
+    if not prefix:
+        return "true"
+    params["prefix"], params["low"], params["high"] = prefix, prefix + ".", prefix + "/"  # '/' follows '.'
+    return "(s.namespace = %(prefix)s OR (s.namespace > %(low)s AND s.namespace < %(high)s))"
+
+
+def _condition_sql(index: int, condition: Condition, params: dict[str, Any]) -> str:
+    """The SQL of one pushable condition on the row's ``doc`` (its JSON value)."""
+    name = f"c{index}"
+    params[f"{name}f"] = condition.field
+    field, kind = f"s.doc -> %({name}f)s", f"jsonb_typeof(s.doc -> %({name}f)s)"
+    operand = condition.operand
+    if operand is None:
+        equal = f"{kind} = 'null'"
+    elif isinstance(operand, bool):
+        equal = f"({kind} = 'boolean' AND {field} = '{'true' if operand else 'false'}'::jsonb)"
+    elif isinstance(operand, str):
+        params[name] = operand
+        sign = _SIGNS[condition.op]
+        equal = f"({kind} = 'string' AND (s.doc ->> %({name}f)s) COLLATE \"C\" {sign} %({name})s)"
+    else:
+        params[name] = json.dumps(operand)
+        sign = _SIGNS[condition.op]
+        equal = f"({kind} = 'number' AND (s.doc ->> %({name}f)s)::numeric {sign} %({name})s::numeric)"
+    return f"NOT COALESCE({equal}, false)" if condition.op == "$ne" else f"COALESCE({equal}, false)"
+
+
+@contextlib.contextmanager
+def _alone() -> Iterator[None]:
+    """No transaction block: the operation is one statement, a transaction of its own (one round trip)."""
+    yield
+
+
+@contextlib.asynccontextmanager
+async def _aalone() -> AsyncIterator[None]:
+    yield
+
+
+class PostgresStore(Store):
+    """
+    A store backed by PostgreSQL. Creates or migrates its table on construction.
+
+    :param conninfo: A libpq connection string or URL (``"postgresql://user@host/db"``), or a ``Secret`` holding one.
+    :param schema: The schema holding the table (created if missing); it may be a checkpointer's.
+    :param max_connections: The size of each pool the store opens (one for sync calls, one per event loop).
+    :param kwargs: The settings of :class:`~haystack_state.store.base.Store` (``index``, ``embedder``,
+        ``default_ttl``).
+    """
+
+    def __init__(
+        self, conninfo: str | Secret, *, schema: str = "public", max_connections: int = 4, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self._conninfo = conninfo
+        self._schema = schema
+        self._max_connections = max_connections
+        dsn = conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo
+        if not isinstance(dsn, str):
+            raise ValueError("PostgresStore: conninfo must be a connection string or a Secret holding one.")
+        self._dsn: str = dsn
+        self._names = {
+            "items": sql.Identifier(schema, "haystack_state_store"),
+            "migrations": sql.Identifier(schema, "haystack_state_store_migrations"),
+        }
+        self._queries: dict[str, sql.Composed] = {}
+        self._lock = threading.Lock()
+        self._apools: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncConnectionPool[Any]]] = {}
+        self._scripts: dict[type, Callable[[Any], Script]] = {
+            ops.Put: self._put,
+            ops.Get: self._get,
+            ops.Delete: self._delete,
+            ops.Search: self._search,
+            ops.Touch: self._touch,
+            ops.Namespaces: self._namespaces,
+            ops.Purge: self._purge,
+        }
+        try:
+            with psycopg.connect(self._dsn, autocommit=True) as conn:
+                self._migrate(conn)
+        except psycopg.Error as error:
+            raise StoreError(f"PostgresStore: cannot open the store in schema '{schema}': {error}") from error
+        self._pool = ConnectionPool(
+            self._dsn, min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
+        )
+
+    # --- settings -----------------------------------------------------------------------------------------------
+
+    def init_parameters(self) -> dict[str, Any]:
+        """
+        The connection settings, without secrets: a ``Secret`` conninfo is stored as its reference, a string only if
+        it holds no password.
+
+        :raises SerializationError: For a conninfo string with a password.
+        """
+        params: dict[str, Any] = {"schema": self._schema, "max_connections": self._max_connections}
+        if isinstance(self._conninfo, Secret):
+            params["conninfo"] = self._conninfo.to_dict()
+        else:
+            if "password" in psycopg.conninfo.conninfo_to_dict(self._conninfo):
+                raise SerializationError(
+                    "This PostgresStore's conninfo holds a password, which would be written in clear; pass it as "
+                    "Secret.from_env_var('PG_DSN') instead."
+                )
+            params["conninfo"] = self._conninfo
+        return {**params, **self._common_parameters()}
+
+    @classmethod
+    def from_init_parameters(cls, params: dict[str, Any]) -> PostgresStore:
+        """Rebuild a store from :meth:`init_parameters` output."""
+        params = dict(params)
+        if isinstance(params.get("conninfo"), dict):
+            params["conninfo"] = Secret.from_dict(params["conninfo"])
+        return cls(**params)
+
+    # --- running scripts ----------------------------------------------------------------------------------------
+
+    def _q(self, template: str) -> sql.Composed:
+        query = self._queries.get(template)
+        if query is None:
+            query = self._queries[template] = sql.SQL(template).format(**self._names)
+        return query
+
+    def _execute(self, op: ops.Op) -> Any:
+        script = self._scripts[type(op)](op)
+        with self._pool.connection() as conn, conn.transaction() if isinstance(op, ops.Touch) else _alone():
+            result: Any = None
+            while True:
+                try:
+                    template, params, fetch = script.send(result)
+                except StopIteration as stop:
+                    return stop.value
+                cursor = conn.execute(self._q(template), params)
+                result = cursor.fetchone() if fetch == ONE else cursor.fetchall() if fetch == ALL else cursor.rowcount
+
+    async def _aexecute(self, op: ops.Op) -> Any:
+        script = self._scripts[type(op)](op)
+        pool = await self._async_pool()
+        async with pool.connection() as conn, conn.transaction() if isinstance(op, ops.Touch) else _aalone():
+            result: Any = None
+            while True:
+                try:
+                    template, params, fetch = script.send(result)
+                except StopIteration as stop:
+                    return stop.value
+                cursor = await conn.execute(self._q(template), params)
+                if fetch == ONE:
+                    result = await cursor.fetchone()
+                elif fetch == ALL:
+                    result = await cursor.fetchall()
+                else:
+                    result = cursor.rowcount
+
+    async def _async_pool(self) -> AsyncConnectionPool[Any]:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for key, (ref, _) in list(self._apools.items()):
+                gone = ref()
+                if gone is None or gone.is_closed():
+                    del self._apools[key]  # its loop has closed: its connections went with it
+            found = self._apools.get(id(loop))
+            if found is None or found[0]() is not loop:
+                pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                    self._dsn, min_size=1, max_size=self._max_connections, open=False, kwargs={"autocommit": True}
+                )
+                self._apools[id(loop)] = (weakref.ref(loop), pool)
+            else:
+                pool = found[1]
+        await pool.open()
+        return pool
+
+    async def _aclose(self) -> None:
+        with self._lock:
+            found = self._apools.pop(id(asyncio.get_running_loop()), None)
+        if found is not None:
+            await found[1].close()
+
+    def _close(self) -> None:
+        with self._lock:
+            pools, self._apools = list(self._apools.values()), {}
+        for ref, pool in pools:
+            loop = ref()
+            if loop is not None and loop.is_running() and not loop.is_closed():
+                # the loop may be this thread's, or stop meanwhile: its pool then goes with it
+                with contextlib.suppress(Exception):
+                    asyncio.run_coroutine_threadsafe(pool.close(), loop).result(timeout=10)
+        self._pool.close()
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        """Apply the pending migrations in one transaction, under an advisory lock on the schema name."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"haystack_state_store:{self._schema}",))
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema)))
+            conn.execute(
+                self._q("CREATE TABLE IF NOT EXISTS {migrations} (version integer PRIMARY KEY, applied_at timestamptz)")
+            )
+            row = conn.execute(self._q("SELECT COALESCE(MAX(version), 0) FROM {migrations}")).fetchone()
+            current = int(row[0]) if row is not None else 0
+            if current > len(MIGRATIONS):
+                raise StoreError(
+                    f"The store's schema '{self._schema}' is at version {current}, newer than this haystack-state "
+                    f"supports ({len(MIGRATIONS)}); upgrade haystack-state."
+                )
+            for version in range(current + 1, len(MIGRATIONS) + 1):
+                for statement in MIGRATIONS[version - 1]:
+                    conn.execute(self._q(statement))
+                conn.execute(self._q("INSERT INTO {migrations} VALUES (%s, now())"), (version,))
+
+    @contextmanager
+    def _raw_connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """Borrow a connection of the pool inside a transaction (for maintenance and tests); do not keep it."""
+        with self._pool.connection() as conn, conn.transaction():
+            yield conn
+
+    # --- scripts ------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _put(op: ops.Put) -> Script:
+        params = {
+            "ns": op.namespace,
+            "key": op.key,
+            "value": op.value,
+            "doc": op.value if op.plain else None,
+            "text": op.text,
+            "vector": op.vector,
+            "now": op.now,
+            "ttl": op.ttl,
+            "expires": op.now + op.ttl if op.ttl is not None else None,
+        }
+        yield (
+            "INSERT INTO {items} AS s (namespace, key, value, doc, tsv, vector, created_at, updated_at, ttl, "
+            "expires_at) VALUES (%(ns)s, %(key)s, %(value)s, %(doc)s::jsonb, to_tsvector('english', %(text)s), "
+            "%(vector)s, %(now)s, %(now)s, %(ttl)s, %(expires)s) ON CONFLICT (namespace, key) DO UPDATE SET "
+            "value = excluded.value, doc = excluded.doc, tsv = excluded.tsv, vector = excluded.vector, "
+            "updated_at = excluded.updated_at, ttl = excluded.ttl, expires_at = excluded.expires_at, "
+            f"created_at = CASE WHEN {_VISIBLE} THEN s.created_at ELSE excluded.created_at END",
+            params,
+            COUNT,
+        )
+
+    @staticmethod
+    def _get(op: ops.Get) -> Script:
+        found = yield (
+            f"SELECT {_COLUMNS} FROM {{items}} AS s WHERE s.namespace = %(ns)s AND s.key = %(key)s AND {_VISIBLE}",
+            {"ns": op.namespace, "key": op.key, "now": op.now},
+            ONE,
+        )
+        return Row(*found) if found is not None else None
+
+    @staticmethod
+    def _delete(op: ops.Delete) -> Script:
+        found = yield (
+            f"DELETE FROM {{items}} AS s WHERE s.namespace = %(ns)s AND s.key = %(key)s RETURNING {_VISIBLE}",
+            {"ns": op.namespace, "key": op.key, "now": op.now},
+            ONE,
+        )
+        return found is not None and bool(found[0])
+
+    @staticmethod
+    def _touch(op: ops.Touch) -> Script:
+        for namespace, key in op.items:
+            yield (
+                "UPDATE {items} AS s SET expires_at = %(now)s + s.ttl WHERE s.namespace = %(ns)s AND s.key = %(key)s "
+                f"AND s.ttl IS NOT NULL AND {_VISIBLE}",
+                {"ns": namespace, "key": key, "now": op.now},
+                COUNT,
+            )
+
+    @staticmethod
+    def _namespaces(op: ops.Namespaces) -> Script:
+        params: dict[str, Any] = {"now": op.now}
+        where = _prefix_sql(op.prefix, params)
+        rows = yield (
+            f"SELECT DISTINCT s.namespace FROM {{items}} AS s WHERE {where} AND {_VISIBLE} ORDER BY 1",
+            params,
+            ALL,
+        )
+        return [found[0] for found in rows]
+
+    @staticmethod
+    def _purge(op: ops.Purge) -> Script:
+        count = yield (
+            "DELETE FROM {items} WHERE expires_at IS NOT NULL AND expires_at <= %(now)s",
+            {"now": op.now},
+            COUNT,
+        )
+        return int(count)
+
+    @staticmethod
+    def _search(op: ops.Search) -> Script:
+        params: dict[str, Any] = {"now": op.now}
+        where = [_prefix_sql(op.prefix, params), _VISIBLE]
+        if op.conditions:
+            tests = " AND ".join(_condition_sql(i, c, params) for i, c in enumerate(op.conditions))
+            where.append(f"(s.doc IS NULL OR ({tests}))")
+        vector = ", s.vector" if op.vectors else ", NULL"
+        page = ""
+        if op.limit is not None:
+            page = " LIMIT %(limit)s OFFSET %(offset)s"
+            params["limit"], params["offset"] = op.limit, op.offset
+        elif op.offset:
+            page = " OFFSET %(offset)s"
+            params["offset"] = op.offset
+        if op.terms is None:
+            template = (
+                f"SELECT {_COLUMNS}, NULL::float8{vector} FROM {{items}} AS s WHERE {' AND '.join(where)} "
+                f"ORDER BY s.updated_at DESC, s.namespace, s.key{page}"
+            )
+        else:
+            params["query"] = " | ".join(op.terms)
+            template = (
+                f"SELECT {_COLUMNS}, ts_rank(s.tsv, q.query)::float8{vector} FROM {{items}} AS s, "
+                "to_tsquery('english', %(query)s) AS q(query) "
+                f"WHERE s.tsv @@ q.query AND {' AND '.join(where)} "
+                f"ORDER BY 7 DESC, s.updated_at DESC, s.namespace, s.key{page}"
+            )
+        rows = yield (template, params, ALL)
+        return [Row(*found) for found in rows]

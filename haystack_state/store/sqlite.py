@@ -1,0 +1,293 @@
+"""
+:class:`SQLiteStore`: a store in a SQLite file (stdlib ``sqlite3``, WAL mode), with full-text search by FTS5.
+
+Items are rows of one table; their searchable text is in an FTS5 table (the ``porter unicode61`` tokenizer, so
+"likes" finds "like"), ranked by BM25. The tables can share a file with a
+:class:`~haystack_state.persistence.SQLiteCheckpointer` (their names differ, their migrations are counted apart).
+Writes run in ``BEGIN IMMEDIATE`` transactions; connections are pooled, one per operation; the async methods run the
+same operations on a small thread pool, so they never block the event loop (as the checkpointer does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import sqlite3
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from haystack_state.errors import StoreError
+from haystack_state.store import ops
+from haystack_state.store.base import Store
+from haystack_state.store.records import Row
+from haystack_state.store.search import Condition
+
+__all__ = ["MIGRATIONS", "SQLiteStore"]
+
+ITEMS = "haystack_state_store"
+FTS = "haystack_state_store_fts"
+MIGRATIONS_TABLE = "haystack_state_store_migrations"
+
+#: Append-only: the schema version is the number of migrations applied. Never edit or reorder an entry.
+MIGRATIONS: list[tuple[str, ...]] = [
+    (
+        f"""CREATE TABLE {ITEMS} (
+            id INTEGER PRIMARY KEY,
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            plain INTEGER NOT NULL,
+            vector TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            ttl REAL,
+            expires_at REAL,
+            UNIQUE (namespace, key)
+        )""",
+        f"CREATE INDEX {ITEMS}_updated ON {ITEMS} (updated_at)",
+        f"CREATE INDEX {ITEMS}_expires ON {ITEMS} (expires_at) WHERE expires_at IS NOT NULL",
+        f"CREATE VIRTUAL TABLE {FTS} USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2')",
+    ),
+]
+
+_VISIBLE = "(s.expires_at IS NULL OR s.expires_at > :now)"
+_COLUMNS = "s.namespace, s.key, s.value, s.created_at, s.updated_at, s.ttl"
+_TYPES = {"str": "= 'text'", "number": "IN ('integer', 'real')", "true": "= 'true'", "false": "= 'false'"}
+
+
+def _prefix_sql(prefix: str, params: dict[str, Any]) -> str:
+    if not prefix:
+        return "1"
+    params["prefix"], params["low"], params["high"] = prefix, prefix + ".", prefix + "/"  # '/' follows '.'
+    return "(s.namespace = :prefix OR (s.namespace > :low AND s.namespace < :high))"
+
+
+def _condition_sql(index: int, condition: Condition, params: dict[str, Any]) -> str:
+    """The SQL of one pushable condition on the row's JSON value."""
+    path, name = f'$."{condition.field}"', f"c{index}"
+    params[f"{name}p"] = path
+    kind = f"json_type(s.value, :{name}p)"
+    operand = condition.operand
+    if operand is None:
+        equal = f"{kind} = 'null'"
+    elif isinstance(operand, bool):
+        equal = f"{kind} {_TYPES['true' if operand else 'false']}"
+    else:
+        params[name] = operand
+        test = _TYPES["str" if isinstance(operand, str) else "number"]
+        sign = {"$eq": "=", "$ne": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[condition.op]
+        equal = f"({kind} {test} AND json_extract(s.value, :{name}p) {sign} :{name})"
+    return f"NOT COALESCE({equal}, 0)" if condition.op == "$ne" else f"COALESCE({equal}, 0)"
+
+
+class SQLiteStore(Store):
+    """
+    A store backed by a SQLite file. Creates or migrates its tables on construction.
+
+    :param path: The database file (created if missing; it may be a checkpointer's), or ``":memory:"``.
+    :param timeout: How long a writer waits for another process's lock, in seconds.
+    :param kwargs: The settings of :class:`~haystack_state.store.base.Store` (``index``, ``embedder``,
+        ``default_ttl``).
+    """
+
+    def __init__(self, path: str | Path, *, timeout: float = 30.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._path = str(path)
+        self._timeout = timeout
+        self._pool_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._all: list[sqlite3.Connection] = []
+        self._single = threading.Lock() if self._path == ":memory:" else None
+        self._executor: ThreadPoolExecutor | None = None
+        try:
+            with self._connection() as conn:
+                conn.execute("PRAGMA journal_mode=WAL")
+                _migrate(conn)
+        except sqlite3.DatabaseError as exc:
+            self._close()
+            raise StoreError(f"SQLiteStore: '{self._path}' cannot be used as a database: {exc}.") from exc
+        except BaseException:
+            self._close()
+            raise
+
+    def init_parameters(self) -> dict[str, Any]:
+        """The file's path and the settings: what rebuilds this store on the same database."""
+        return {"path": self._path, "timeout": self._timeout, **self._common_parameters()}
+
+    # --- connections --------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        if self._single is not None:
+            self._single.acquire()
+        try:
+            with self._pool_lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = sqlite3.connect(self._path, timeout=self._timeout, check_same_thread=False, isolation_level=None)
+                conn.execute("PRAGMA synchronous=NORMAL")
+                with self._pool_lock:
+                    self._all.append(conn)
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                with self._pool_lock:
+                    self._idle.append(conn)
+        finally:
+            if self._single is not None:
+                self._single.release()
+
+    def _execute(self, op: ops.Op) -> Any:
+        if isinstance(op, ops.WRITES):
+            with self._write_lock, self._connection() as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                result = self._write(conn, op)
+                conn.execute("COMMIT")
+                return result
+        with self._connection() as conn:
+            if isinstance(op, ops.Get):
+                found = conn.execute(
+                    f"SELECT {_COLUMNS} FROM {ITEMS} AS s WHERE s.namespace = :ns AND s.key = :key AND {_VISIBLE}",
+                    {"ns": op.namespace, "key": op.key, "now": op.now},
+                ).fetchone()
+                return Row(*found) if found is not None else None
+            if isinstance(op, ops.Search):
+                return self._search(conn, op)
+            assert isinstance(op, ops.Namespaces)
+            params: dict[str, Any] = {"now": op.now}
+            where = _prefix_sql(op.prefix, params)
+            query = f"SELECT DISTINCT s.namespace FROM {ITEMS} AS s WHERE {where} AND {_VISIBLE} ORDER BY 1"
+            return [found[0] for found in conn.execute(query, params)]
+
+    async def _aexecute(self, op: ops.Op) -> Any:
+        if self._executor is None:
+            with self._pool_lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="haystack-state-store")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._execute, op)
+
+    def _close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        with self._pool_lock:
+            connections, self._all, self._idle = self._all, [], []
+        for conn in connections:
+            conn.close()
+
+    # --- operations ---------------------------------------------------------------------------------------------
+
+    def _write(self, conn: sqlite3.Connection, op: ops.Op) -> Any:
+        if isinstance(op, ops.Put):
+            (row_id,) = conn.execute(
+                f"INSERT INTO {ITEMS} AS s (namespace, key, value, plain, vector, created_at, updated_at, ttl, "
+                "expires_at) VALUES (:ns, :key, :value, :plain, :vector, :now, :now, :ttl, :expires) "
+                "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, plain = excluded.plain, "
+                "vector = excluded.vector, updated_at = excluded.updated_at, ttl = excluded.ttl, "
+                f"expires_at = excluded.expires_at, created_at = CASE WHEN {_VISIBLE} THEN s.created_at "
+                "ELSE excluded.created_at END RETURNING id",
+                {
+                    "ns": op.namespace,
+                    "key": op.key,
+                    "value": op.value,
+                    "plain": int(op.plain),
+                    "vector": op.vector,
+                    "now": op.now,
+                    "ttl": op.ttl,
+                    "expires": op.now + op.ttl if op.ttl is not None else None,
+                },
+            ).fetchone()
+            conn.execute(f"DELETE FROM {FTS} WHERE rowid = ?", (row_id,))
+            if op.text:
+                conn.execute(f"INSERT INTO {FTS} (rowid, text) VALUES (?, ?)", (row_id, op.text))
+            return None
+        if isinstance(op, ops.Delete):
+            found = conn.execute(
+                f"SELECT s.id, {_VISIBLE} FROM {ITEMS} AS s WHERE s.namespace = :ns AND s.key = :key",
+                {"ns": op.namespace, "key": op.key, "now": op.now},
+            ).fetchone()
+            if found is None:
+                return False
+            conn.execute(f"DELETE FROM {FTS} WHERE rowid = ?", (found[0],))
+            conn.execute(f"DELETE FROM {ITEMS} WHERE id = ?", (found[0],))
+            return bool(found[1])
+        if isinstance(op, ops.Touch):
+            conn.executemany(
+                f"UPDATE {ITEMS} AS s SET expires_at = :now + ttl WHERE namespace = :ns AND key = :key "
+                f"AND ttl IS NOT NULL AND {_VISIBLE}",
+                [{"ns": ns, "key": key, "now": op.now} for ns, key in op.items],
+            )
+            return None
+        assert isinstance(op, ops.Purge)
+        expired = f"SELECT id FROM {ITEMS} WHERE expires_at IS NOT NULL AND expires_at <= :now"
+        conn.execute(f"DELETE FROM {FTS} WHERE rowid IN ({expired})", {"now": op.now})
+        return conn.execute(
+            f"DELETE FROM {ITEMS} WHERE expires_at IS NOT NULL AND expires_at <= :now", {"now": op.now}
+        ).rowcount
+
+    def _search(self, conn: sqlite3.Connection, op: ops.Search) -> list[Row]:
+        params: dict[str, Any] = {"now": op.now}
+        where = [_prefix_sql(op.prefix, params), _VISIBLE]
+        if op.conditions:
+            tests = " AND ".join(_condition_sql(i, c, params) for i, c in enumerate(op.conditions))
+            where.append(f"(s.plain = 0 OR ({tests}))")
+        vector = ", s.vector" if op.vectors else ", NULL"
+        page = ""
+        if op.limit is not None:
+            page = " LIMIT :limit OFFSET :offset"
+            params["limit"], params["offset"] = op.limit, op.offset
+        if op.terms is None:
+            query = (
+                f"SELECT {_COLUMNS}, NULL{vector} FROM {ITEMS} AS s WHERE {' AND '.join(where)} "
+                f"ORDER BY s.updated_at DESC, s.namespace, s.key{page}"
+            )
+        else:
+            params["match"] = " OR ".join('"' + term.replace('"', '""') + '"' for term in op.terms)
+            query = (
+                f"SELECT {_COLUMNS}, -bm25({FTS}){vector} FROM {FTS} JOIN {ITEMS} AS s ON s.id = {FTS}.rowid "
+                f"WHERE {FTS} MATCH :match AND {' AND '.join(where)} "
+                f"ORDER BY bm25({FTS}), s.updated_at DESC, s.namespace, s.key{page}"
+            )
+        rows = [Row(*found) for found in conn.execute(query, params)]
+        if op.limit is None and op.offset:
+            rows = rows[op.offset :]
+        return rows
+
+    @contextmanager
+    def _raw_connection(self) -> Iterator[sqlite3.Connection]:
+        """Borrow a connection of the pool (for maintenance and tests); do not keep it."""
+        with self._connection() as conn:
+            yield conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Apply the pending migrations in one transaction; concurrent constructions are serialized by SQLite."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+        )
+        current = conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {MIGRATIONS_TABLE}").fetchone()[0]
+        if current > len(MIGRATIONS):
+            raise StoreError(
+                f"The store's schema is at version {current}, newer than this haystack-state supports "
+                f"({len(MIGRATIONS)}); upgrade haystack-state."
+            )
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            for statement in MIGRATIONS[version - 1]:
+                conn.execute(statement)
+            conn.execute(
+                f"INSERT INTO {MIGRATIONS_TABLE} (version, applied_at) VALUES (?, ?)",
+                (version, dt.datetime.now(dt.UTC).isoformat()),
+            )
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
