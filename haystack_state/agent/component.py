@@ -63,6 +63,7 @@ from haystack_state.agent.toolbox import Toolbox, ToolsArg, check_names, unknown
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.serde import checkpointer_from_dict
 from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
+from haystack_state.store import Store, store_from_dict
 
 __all__ = ["Agent"]
 
@@ -193,7 +194,7 @@ class Agent(ThreadMethods, StreamMethods):
         tool_streaming_callback_passthrough: bool = False,
         context_policy: ContextPolicy | None = None,
         token_counter: TokenCounter | None = None,
-        store: Any = None,
+        store: Store | None = None,
     ) -> None:
         self.chat_generator = chat_generator
         self.tools = tools if tools is not None else []
@@ -209,6 +210,10 @@ class Agent(ThreadMethods, StreamMethods):
         self.tool_streaming_callback_passthrough = tool_streaming_callback_passthrough
         self.context_policy = context_policy
         self.token_counter = token_counter
+        if store is not None and not isinstance(store, Store):
+            raise TypeError(
+                f"store must be a haystack_state.store.Store (InMemoryStore, SQLiteStore, PostgresStore), got {store!r}."
+            )
         self.store = store
         self.hooks = normalize_hooks(hooks)
         self.checkpointer = checkpointer
@@ -646,6 +651,7 @@ class Agent(ThreadMethods, StreamMethods):
             interrupt_before=self.interrupt_before or None,
             context_policy=policy_to_dict(self.context_policy) if self.context_policy is not None else None,
             token_counter=component_to_dict(self.token_counter, "token_counter") if self.token_counter else None,
+            store=self.store.to_dict() if self.store is not None else None,
         )
 
     @classmethod
@@ -667,4 +673,6 @@ class Agent(ThreadMethods, StreamMethods):
             params["context_policy"] = policy_from_dict(params["context_policy"])
         if params.get("token_counter"):
             deserialize_component_inplace(params, key="token_counter")
+        if params.get("store"):
+            params["store"] = store_from_dict(params["store"])
         return default_from_dict(cls, data)
