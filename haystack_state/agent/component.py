@@ -212,7 +212,8 @@ class Agent(ThreadMethods, StreamMethods):
         self.token_counter = token_counter
         if store is not None and not isinstance(store, Store):
             raise TypeError(
-                f"store must be a haystack_state.store.Store (InMemoryStore, SQLiteStore, PostgresStore), got {store!r}."
+                f"store must be a haystack_state.store.Store (InMemoryStore, SQLiteStore, PostgresStore), "
+                f"got {store!r}."
             )
         self.store = store
         self.hooks = normalize_hooks(hooks)
