@@ -298,7 +298,11 @@ def _storable_problem(tool_call: ToolCall) -> str | None:
             try:
                 raw = _parse(raw)
             except json.JSONDecodeError:
-                return None if isinstance(raw, str) and _clean(raw) else f"Tool '{name}': the arguments are not valid JSON."
+                return (
+                    None
+                    if isinstance(raw, str) and _clean(raw)
+                    else f"Tool '{name}': the arguments are not valid JSON."
+                )
         if not isinstance(raw, Mapping):
             if isinstance(tool_call.arguments, str):
                 return None  # the text is stored as it was; the call is answered with an error
@@ -349,8 +353,11 @@ def safe_tool_calls(reply: ChatMessage) -> ChatMessage:
         assert INVALID_ARGUMENTS in safe.tool_calls[0].arguments
 
     :param reply: A chat generator's reply.
-    :returns: The reply, or its storable copy.
+    :returns: The reply, or its storable copy (anything that is not a ``ChatMessage`` is returned as it is, for the
+        State to refuse).
     """
+    if not isinstance(reply, ChatMessage):
+        return reply
     calls = reply.tool_calls
     if not calls:
         return reply
@@ -359,4 +366,4 @@ def safe_tool_calls(reply: ChatMessage) -> ChatMessage:
         return reply
     replacements = {id(old): new for old, new in zip(calls, safe, strict=True)}
     content = [replacements.get(id(part), part) for part in reply._content]
-    return dataclasses.replace(reply, _content=content)  # type: ignore[call-arg]
+    return dataclasses.replace(reply, _content=content)
