@@ -277,7 +277,9 @@ def test_a_hostile_reply_leaves_the_thread_usable(tmp_path: Path, case: str, arg
     assert CALLED == []
 
     # a fresh process reads the thread back as it was stored
-    stored = Agent(generator, tools=[note], state_schema=schema(), checkpointer=SQLiteCheckpointer(tmp_path / "threads.db"))
+    stored = Agent(
+        generator, tools=[note], state_schema=schema(), checkpointer=SQLiteCheckpointer(tmp_path / "threads.db")
+    )
     assert [m.text for m in stored.get_state("t").values["messages"]][-1] == "Sorry."
 
     again = agent.run([], thread_id="t")

@@ -30,7 +30,7 @@ from haystack_state.invocation.calls import (
     state_writes,
 )
 from haystack_state.invocation.spans import batch_parent, traced_call, traced_call_async
-from haystack_state.invocation.timeouts import Deadlines, call_timeout, with_timeout
+from haystack_state.invocation.timeouts import CANCEL_GRACE, Deadlines, call_timeout, with_timeout
 from haystack_state.invocation.workers import WORKERS
 from haystack_state.state import StagedState, State
 from haystack_state.tools.spec import ToolSpec
@@ -313,7 +313,7 @@ def run_tool_calls(
                 context = contextvars.copy_context()
                 future = WORKERS.submit(context.run, _call_sync, call, kwargs, timeout, traced, parent)
                 running[future] = (call, staged)
-                deadlines.start(future, timeout)
+                deadlines.start(future, timeout, 0.0 if call.spec.supports_sync else CANCEL_GRACE)
             finished, _ = wait(running, timeout=deadlines.wait_time(), return_when=FIRST_COMPLETED)
             for future in finished:
                 call, staged = running.pop(future)

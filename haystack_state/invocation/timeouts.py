@@ -18,7 +18,10 @@ from typing import Any, TypeVar
 from haystack_state.errors import ToolTimeoutError
 from haystack_state.tools.spec import ToolSpec
 
-__all__ = ["Deadlines", "call_timeout", "check_max_tool_calls", "check_timeout", "with_timeout"]
+#: How long past its timeout a sync runner waits for an async tool to be cancelled before abandoning it.
+CANCEL_GRACE = 1.0
+
+__all__ = ["CANCEL_GRACE", "Deadlines", "call_timeout", "check_max_tool_calls", "check_timeout", "with_timeout"]
 
 T = TypeVar("T")
 
@@ -88,10 +91,17 @@ class Deadlines:
     def __init__(self) -> None:
         self._due: dict[Hashable, tuple[float, float]] = {}
 
-    def start(self, key: Hashable, timeout: float | None) -> None:
-        """Note that the call ``key`` starts now with this timeout (nothing is noted for None)."""
+    def start(self, key: Hashable, timeout: float | None, grace: float = 0.0) -> None:
+        """
+        Note that the call ``key`` starts now with this timeout (nothing is noted for None).
+
+        :param key: The call.
+        :param timeout: Its timeout, in seconds.
+        :param grace: How much longer to wait before abandoning it: an async tool is cancelled by its own worker when
+            it overruns, so the runner waits for that, and abandons it only if it ignores the cancellation.
+        """
         if timeout is not None:
-            self._due[key] = (time.monotonic() + timeout, timeout)
+            self._due[key] = (time.monotonic() + timeout + grace, timeout)
 
     def discard(self, key: Hashable) -> None:
         """The call ``key`` finished."""
