@@ -43,7 +43,8 @@ def text_of(result: str) -> str:
 
 
 def test_the_tools_appear_only_at_warm_up_and_are_called_through_the_invoker(toolset: MCPToolset) -> None:
-    assert [tool.name for tool in toolset][0].startswith("mcp_not_connected_placeholder")
+    (placeholder,) = toolset.tools
+    assert placeholder.name.startswith("mcp_not_connected_placeholder")
     invoker = ToolInvoker(toolset, raise_on_failure=False)
     invoker.warm_up()
     assert sorted(tool.name for tool in toolset) == ["add", "shout", "slow"]
