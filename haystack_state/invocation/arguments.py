@@ -256,29 +256,29 @@ def read_arguments(tool_call: ToolCall) -> dict[str, Any]:
     :raises ToolArgumentsError: Naming the tool (and the parameter, when one is at fault), if the arguments are not
         a JSON object, not valid JSON, or hostile (see the module docstring).
     """
-    name = _name(tool_call)
     raw: Any = tool_call.arguments
+    if raw is None:
+        return {}
     try:
-        if raw is None:
-            return {}
         if type(raw) is not dict:
             if isinstance(raw, str | bytes | bytearray):
                 try:
                     raw = _parse(raw)
                 except json.JSONDecodeError as exc:
+                    name = _name(tool_call)
                     raise ToolArgumentsError(
                         name, f"Tool '{name}': the arguments are not valid JSON ({exc.msg} at position {exc.pos})."
                     ) from None
             if not isinstance(raw, Mapping):
+                name = _name(tool_call)
                 raise ToolArgumentsError(
                     name, f"Tool '{name}': the arguments must be a JSON object, got {type(raw).__name__}."
                 )
-        else:
-            reason = _marker(raw)
-            if reason is not None:
-                raise ToolArgumentsError(name, reason)
+        elif len(raw) == 1 and (reason := _marker(raw)) is not None:
+            raise ToolArgumentsError(_name(tool_call), reason)
         _check_arguments(raw)
     except _Hostile as exc:
+        name = _name(tool_call)
         raise ToolArgumentsError(name, f"Tool '{name}': {exc.reason}.") from None
     return dict(raw)
 

@@ -104,6 +104,7 @@ class ToolInvoker:
         self.tool_timeout = check_timeout(tool_timeout, "ToolInvoker tool_timeout")
         self.max_tool_calls = check_max_tool_calls(max_tool_calls, "ToolInvoker max_tool_calls")
         self._specs = tool_specs(tools)
+        self._has_toolsets = isinstance(tools, Toolset) or any(isinstance(item, Toolset) for item in tools)
         self._specs_of: tuple[int, ...] = self._tool_ids()
         self._is_warmed_up = False
 
@@ -112,7 +113,7 @@ class ToolInvoker:
 
     def _current_specs(self) -> dict[str, ToolSpec]:
         """The specs of the tools as they are now: a toolset may load its tools at warm-up, or change them."""
-        if isinstance(self.tools, Toolset) or any(isinstance(item, Toolset) for item in self.tools):
+        if self._has_toolsets:
             ids = self._tool_ids()
             if ids != self._specs_of:
                 self._specs, self._specs_of = tool_specs(self.tools), ids
