@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from haystack.components.agents.tool_calling import ToolNotFoundException as HaystackToolNotFoundException
 from haystack.tools.errors import SchemaGenerationError
+from haystack.tools.errors import ToolInvocationError as HaystackToolInvocationError
 
 
 class HaystackStateError(Exception):
@@ -104,26 +106,36 @@ class ToolDefinitionError(HaystackStateError, ValueError, SchemaGenerationError)
         super().__init__(f"Invalid tool '{tool_name}' ({len(self.problems)} problem(s)):\n{lines}")
 
 
-class ToolInvocationError(HaystackStateError):
+class ToolInvocationError(HaystackStateError, HaystackToolInvocationError):
     """
     A tool call failed. Raised by ``ToolInvoker`` and ``Agent`` when failures are not sent back to the model.
+
+    It is also a haystack-ai ``haystack.tools.errors.ToolInvocationError``, so ``except`` blocks written for
+    haystack-ai's Agent catch it.
 
     :param tool_name: The tool that was called (as named by the model).
     :param message: What went wrong.
     """
 
     def __init__(self, tool_name: str, message: str) -> None:
+        Exception.__init__(self, message)  # haystack's __init__ takes (message, tool_name): set both here
         self.tool_name = tool_name
         self.state: Any = None  # set by Agent: the State as it was when the call failed
-        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.tool_name, str(self)), {"state": self.state}
 
 
-class ToolNotFoundError(ToolInvocationError):
-    """The model called a tool that is not available."""
+class ToolNotFoundError(ToolInvocationError, HaystackToolNotFoundException):
+    """
+    The model called a tool that is not available (or sent a tool name that is not a string). Also a haystack-ai
+    ``ToolNotFoundException``, which its Agent raises in the same case.
+    """
 
 
 class ToolArgumentsError(ToolInvocationError):
-    """The model's arguments are not valid JSON or do not match the tool's parameters."""
+    """The model's arguments are not valid JSON, are hostile (too deep, too large, not storable) or do not match the
+    tool's parameters."""
 
 
 class ToolExecutionError(ToolInvocationError):
@@ -132,6 +144,30 @@ class ToolExecutionError(ToolInvocationError):
 
 class ToolMergeError(ToolInvocationError):
     """The tool's result could not be merged into the state (a handler or a type check failed)."""
+
+
+class ToolCallLimitError(ToolInvocationError):
+    """A model reply asked for more tool calls than ``max_tool_calls``: the calls past the limit did not run."""
+
+
+class ToolTimeoutError(ToolInvocationError):
+    """
+    A tool call did not finish within its timeout. Its result and its State writes are discarded, even if it finishes
+    later; an async tool is cancelled, a sync one is abandoned in its worker thread.
+
+    :param tool_name: The tool.
+    :param timeout: The timeout, in seconds.
+    """
+
+    def __init__(self, tool_name: str, timeout: float) -> None:
+        self.timeout = timeout
+        super().__init__(
+            tool_name,
+            f"Tool '{tool_name}' timed out after {timeout:g} s; its result and state writes were discarded.",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.tool_name, self.timeout), {"state": self.state}
 
 
 # --- Agent -----------------------------------------------------------------------------------------

@@ -77,7 +77,6 @@ def parent_name(spans: tuple[ReadableSpan, ...], span: ReadableSpan) -> str | No
     return None
 
 
-@pytest.mark.xfail(strict=True, reason="tool-call spans come with the invocation branch")
 def test_a_run_emits_haystack_ais_agent_spans_with_their_parents_and_tags(exporter: InMemorySpanExporter) -> None:
     agent = Agent(ScriptedChatGenerator(script=script()), tools=[lookup], hooks=HOOKS)
     agent.run([ChatMessage.from_user("hi")])
@@ -112,7 +111,6 @@ def test_a_run_emits_haystack_ais_agent_spans_with_their_parents_and_tags(export
     assert hook_span.attributes["haystack.agent.hook.name"].endswith("noop")
 
 
-@pytest.mark.xfail(strict=True, reason="tool-call spans come with the invocation branch")
 def test_our_spans_match_haystack_ais_for_the_same_run(exporter: InMemorySpanExporter) -> None:
     ours = Agent(ScriptedChatGenerator(script=script()), tools=[lookup], hooks=HOOKS)
     ours.run([ChatMessage.from_user("hi")])

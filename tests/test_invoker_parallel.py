@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from haystack_state import State, ToolExecutionError, ToolInvoker, tool
 from haystack_state.handlers import add as add_handler
 from haystack_state.handlers import replace_values
+from haystack_state.invocation.workers import WORKERS
 
 # --- helpers -------------------------------------------------------------------------------------------
 
@@ -330,7 +331,7 @@ def test_raise_on_failure_with_parallel_calls_keeps_the_earlier_merges() -> None
     assert info.value.tool_name == "write_then_fail"
     assert "failed 2" in str(info.value)
     assert state.data == {"items": [1]}
-    assert not [t for t in threading.enumerate() if t.name.startswith("haystack-state-tool")]
+    assert WORKERS.busy == 0  # no call is left running
 
 
 # --- dependencies: a reader waits for the writers listed before it -----------------------------------------------
@@ -539,7 +540,7 @@ def test_calls_queued_behind_a_raised_failure_do_not_run() -> None:
         ToolInvoker([first_fails], max_workers=1).run(calls(*[("first_fails", {"i": i}) for i in range(10)]))
     assert ran[0] == 0
     assert len(ran) < 10  # the calls still queued when the failure was raised were dropped
-    assert not [t for t in threading.enumerate() if t.name.startswith("haystack-state-tool")]
+    assert WORKERS.busy == 0  # no call is left running
 
 
 def test_cancelling_run_async_cancels_the_running_tools() -> None:

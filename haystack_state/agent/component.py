@@ -60,6 +60,7 @@ from haystack_state.agent.session import ThreadSession
 from haystack_state.agent.streaming import RunOptions, StreamMethods, model_callback, runtime_tools
 from haystack_state.agent.thread_methods import ThreadMethods
 from haystack_state.agent.toolbox import Toolbox, ToolsArg, check_names, unknown_names
+from haystack_state.invocation.timeouts import check_max_tool_calls, check_timeout
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.serde import checkpointer_from_dict
 from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
@@ -159,6 +160,10 @@ class Agent(ThreadMethods, StreamMethods):
         ``tiktoken`` when installed, by default).
     :param store: A long-term memory store (``haystack_state.store``), shared by every thread: tools, hooks, loaders
         and the context policy reach it as ``context.store`` (see ``RunContext``).
+    :param tool_timeout: The most seconds a tool call may take, for tools without a ``timeout`` of their own; None
+        (the default) for no timeout. A call over time is answered with a ``ToolTimeoutError`` and merges nothing.
+    :param max_tool_calls: The most tool calls of one model reply that run; the others are answered with a
+        ``ToolCallLimitError``. None for no limit.
     :raises TypeError: If tools are given and the chat generator's ``run`` does not accept ``tools``, or a hook is
         neither a ``Hook`` nor callable.
     :raises StateSchemaError: If the state schema is invalid.
@@ -195,6 +200,8 @@ class Agent(ThreadMethods, StreamMethods):
         context_policy: ContextPolicy | None = None,
         token_counter: TokenCounter | None = None,
         store: Store | None = None,
+        tool_timeout: float | None = None,
+        max_tool_calls: int | None = 64,
     ) -> None:
         self.chat_generator = chat_generator
         self.tools = tools if tools is not None else []
@@ -222,6 +229,8 @@ class Agent(ThreadMethods, StreamMethods):
 
         if max_agent_steps < 1 or tool_concurrency_limit < 1:
             raise ValueError("max_agent_steps and tool_concurrency_limit must be at least 1.")
+        self.tool_timeout = check_timeout(tool_timeout, "Agent tool_timeout")
+        self.max_tool_calls = check_max_tool_calls(max_tool_calls, "Agent max_tool_calls")
         self._generator_takes_tools = accepts(chat_generator.run, "tools")
         if context_policy is not None and not callable(getattr(context_policy, "plan", None)):
             raise TypeError(f"context_policy must have a plan(view) method, got {context_policy!r}.")
@@ -446,6 +455,8 @@ class Agent(ThreadMethods, StreamMethods):
             max_workers=self.tool_concurrency_limit,
             passthrough=self.tool_streaming_callback_passthrough,
             control=control,
+            tool_timeout=self.tool_timeout,
+            max_tool_calls=self.max_tool_calls,
         )
 
     def _open(self, options: RunOptions) -> ThreadSession | None:
@@ -653,6 +664,8 @@ class Agent(ThreadMethods, StreamMethods):
             context_policy=policy_to_dict(self.context_policy) if self.context_policy is not None else None,
             token_counter=component_to_dict(self.token_counter, "token_counter") if self.token_counter else None,
             store=self.store.to_dict() if self.store is not None else None,
+            tool_timeout=self.tool_timeout,
+            max_tool_calls=self.max_tool_calls,
         )
 
     @classmethod

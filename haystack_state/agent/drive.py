@@ -55,6 +55,8 @@ class Effects:
     :param max_workers: How many tool calls may run at once.
     :param passthrough: Pass the streaming callback to tools that take a ``streaming_callback`` parameter.
     :param control: Checked before each effect: a cancelled run stops there (:class:`RunCancelled`).
+    :param tool_timeout: The timeout of tool calls whose tool has none of its own; None for no timeout.
+    :param max_tool_calls: The most tool calls of one model reply that run; None for no limit.
     """
 
     chat_generator: Any
@@ -62,6 +64,8 @@ class Effects:
     max_workers: int
     passthrough: bool = False
     control: RunControl | None = None
+    tool_timeout: float | None = None
+    max_tool_calls: int | None = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +122,8 @@ def execute(effect: Effect, effects: Effects) -> Any:
             max_workers=effects.max_workers,
             passthrough=effects.passthrough,
             streaming_callback=effect.streaming_callback,  # type: ignore[arg-type]  # sync-selected
+            tool_timeout=effects.tool_timeout,
+            max_tool_calls=effects.max_tool_calls,
         )
     if isinstance(effect, Commit):
         return effect.session.commit(
@@ -155,6 +161,8 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
             max_workers=effects.max_workers,
             passthrough=effects.passthrough,
             streaming_callback=effect.streaming_callback,
+            tool_timeout=effects.tool_timeout,
+            max_tool_calls=effects.max_tool_calls,
         )
     if isinstance(effect, Commit):
         return await effect.session.commit_async(

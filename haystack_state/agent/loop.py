@@ -56,6 +56,7 @@ from haystack_state.agent.session import ThreadSession, in_call_order, plan_cont
 from haystack_state.agent.spans import current_span, span
 from haystack_state.agent.toolbox import Toolbox
 from haystack_state.errors import AgentRunError, ThreadConflictError, ToolInvocationError
+from haystack_state.invocation.arguments import safe_tool_calls
 from haystack_state.persistence.delta import Source
 from haystack_state.runtime import RunContext
 from haystack_state.schema import FieldSpec, schema_to_dict
@@ -648,7 +649,7 @@ class AgentRun:
                 llm_span.set_content_tag("haystack.agent.step.llm.input", inputs)
             try:
                 result = yield CallModel(inputs)
-                replies: list[ChatMessage] = list(result["replies"])
+                replies: list[ChatMessage] = [safe_tool_calls(reply) for reply in result["replies"]]
                 self.state.set("messages", replies)
             except Exception as exc:
                 raise self._fail("the chat generator", exc) from None

@@ -1,8 +1,11 @@
 """
-Running a model's tool calls against a State: planning them (resolve, validate, order by what they read and write;
-:mod:`.calls`), running them atomically in call order (:mod:`.invoker`), and the ``ToolInvoker`` component.
+Running a model's tool calls against a State: reading what the model sent, hostile or not (:mod:`.arguments`),
+planning the calls (resolve, validate, order by what they read and write; :mod:`.calls`), running them atomically in
+call order with timeouts, in daemon worker threads, each in its tracing span (:mod:`.run`, :mod:`.timeouts`,
+:mod:`.workers`, :mod:`.spans`), and the ``ToolInvoker`` component (:mod:`.invoker`).
 """
 
+from haystack_state.invocation.arguments import safe_tool_calls
 from haystack_state.invocation.invoker import ToolInvoker
 
-__all__ = ["ToolInvoker"]
+__all__ = ["ToolInvoker", "safe_tool_calls"]

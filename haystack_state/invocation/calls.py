@@ -19,11 +19,12 @@ from jsonschema.exceptions import best_match
 
 from haystack_state.errors import (
     ToolArgumentsError,
+    ToolCallLimitError,
     ToolExecutionError,
     ToolInvocationError,
     ToolMergeError,
-    ToolNotFoundError,
 )
+from haystack_state.invocation.arguments import read_arguments, resolve_tool, safe_tool_call, shown
 from haystack_state.state import State
 from haystack_state.tools.spec import ToolSpec
 from haystack_state.values import to_jsonable
@@ -178,26 +179,6 @@ def _checker(spec: ToolSpec) -> _Checker:
 _CHECKERS: dict[int, tuple[weakref.ref[ToolSpec], _Checker]] = {}
 
 
-def _parse_arguments(tool_call: ToolCall) -> dict[str, Any]:
-    raw: Any = tool_call.arguments
-    if isinstance(raw, str):  # some providers hand over the raw JSON text
-        try:
-            raw = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ToolArgumentsError(
-                tool_call.tool_name,
-                f"Tool '{tool_call.tool_name}': the arguments are not valid JSON ({exc.msg} at position {exc.pos}).",
-            ) from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise ToolArgumentsError(
-            tool_call.tool_name,
-            f"Tool '{tool_call.tool_name}': the arguments must be a JSON object, got {type(raw).__name__}.",
-        )
-    return dict(raw)
-
-
 def _validate(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
     properties = spec.parameters.get("properties", {})
     extra = [name for name in arguments if name not in properties]
@@ -205,7 +186,7 @@ def _validate(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         expected = ", ".join(sorted(properties)) or "none"
         raise ToolArgumentsError(
             spec.name,
-            f"Tool '{spec.name}': unexpected argument(s) {', '.join(repr(e) for e in sorted(extra))}; "
+            f"Tool '{spec.name}': unexpected argument(s) {', '.join(repr(shown(e)) for e in sorted(extra)[:20])}; "
             f"the parameters are: {expected}.",
         )
     checker = _checker(spec)
@@ -224,35 +205,44 @@ def _validate(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path)
         subject = f"invalid parameter '{where}'" if where else "invalid arguments"
-        raise ToolArgumentsError(spec.name, f"Tool '{spec.name}': {subject}: {error.message}.")
+        raise ToolArgumentsError(spec.name, f"Tool '{spec.name}': {shown(subject, 200)}: {shown(error.message, 300)}.")
     return arguments
 
 
-def plan_calls(messages: list[ChatMessage], specs: Mapping[str, ToolSpec]) -> list[PlannedCall]:
+def plan_calls(
+    messages: list[ChatMessage], specs: Mapping[str, ToolSpec], max_calls: int | None = None
+) -> list[PlannedCall]:
     """
     Resolve and validate every tool call of ``messages``, in order, and work out which calls must wait for which:
-    a call that reads a key runs after the earlier calls that write it.
+    a call that reads a key runs after the earlier calls that write it. Nothing the model sent raises here: a call
+    that cannot run (unknown tool, bad or hostile arguments, past ``max_calls``) carries its error.
 
     :param messages: Messages; the tool calls of assistant messages are planned.
     :param specs: The available tools, by name.
+    :param max_calls: The most calls that may run; the calls past it get a ``ToolCallLimitError``. No limit if None.
     :returns: One planned call per tool call; a call that cannot run carries its ``error``.
     """
     planned: list[PlannedCall] = []
-    for tool_call in (call for message in messages for call in message.tool_calls):
+    calls = [call for message in messages for call in message.tool_calls]
+    for tool_call in calls:
         index = len(planned)
-        spec = specs.get(tool_call.tool_name)
-        if spec is None:
-            available = ", ".join(sorted(specs)) or "none"
-            error = ToolNotFoundError(
-                tool_call.tool_name,
-                f"Tool '{tool_call.tool_name}' is not available. Available tools: {available}.",
+        if max_calls is not None and index >= max_calls:
+            error: ToolInvocationError = ToolCallLimitError(
+                shown(tool_call.tool_name),
+                f"Tool '{shown(tool_call.tool_name)}' was not called: the reply asks for {len(calls)} tool calls and "
+                f"at most {max_calls} run per reply (max_tool_calls). Ask for fewer calls at once.",
             )
-            planned.append(PlannedCall(index, tool_call, None, {}, error=error))
+            planned.append(PlannedCall(index, safe_tool_call(tool_call), None, {}, error=error))
             continue
         try:
-            arguments = _parse_arguments(tool_call)
+            spec = resolve_tool(tool_call, specs)
+        except ToolInvocationError as exc:
+            planned.append(PlannedCall(index, safe_tool_call(tool_call), None, {}, error=exc))
+            continue
+        try:
+            arguments = read_arguments(tool_call)
         except ToolArgumentsError as exc:
-            planned.append(PlannedCall(index, tool_call, spec, {}, error=exc))
+            planned.append(PlannedCall(index, safe_tool_call(tool_call), spec, {}, error=exc))
             continue
         hidden = spec.hidden_params
         dropped: tuple[str, ...] = ()

@@ -13,11 +13,13 @@ from haystack.dataclasses.streaming_chunk import StreamingCallbackT, select_stre
 from haystack.tools.serde_utils import deserialize_tools_or_toolset_inplace, serialize_tools_or_toolset
 from haystack.tools.tool import Tool
 from haystack.tools.toolset import Toolset
+from haystack.tools.utils import flatten_tools_or_toolsets, warm_up_tools, warm_up_tools_async
 from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
+from haystack_state.invocation.timeouts import check_max_tool_calls, check_timeout
 from haystack_state.state import State
-from haystack_state.tools.spec import tool_specs
+from haystack_state.tools.spec import ToolSpec, tool_specs
 
 __all__ = ["ToolInvoker"]
 
@@ -72,6 +74,13 @@ class ToolInvoker:
     :param streaming_callback: Receives each tool result as a ``StreamingChunk`` as it is produced.
     :param enable_streaming_callback_passthrough: Pass the streaming callback to tools that take a
         ``streaming_callback`` parameter.
+    :param tool_timeout: The most seconds a call may take, for tools without a ``timeout`` of their own
+        (``@tool(timeout=...)``); None (the default) for no timeout. A call over time is answered with a
+        ``ToolTimeoutError`` and merges nothing: an async tool is cancelled, a sync one is abandoned in its daemon
+        worker thread.
+    :param max_tool_calls: The most tool calls of one model reply that run; the calls past it are answered with a
+        ``ToolCallLimitError`` and do not run. None for no limit.
+    :raises ValueError: For a ``tool_timeout`` that is not a positive number, or ``max_tool_calls`` below 1.
     """
 
     # Serialized (and registered with Pipelines) under its public path, whatever module it is defined in.
@@ -84,21 +93,58 @@ class ToolInvoker:
         max_workers: int = 4,
         streaming_callback: StreamingCallbackT | None = None,
         enable_streaming_callback_passthrough: bool = False,
+        tool_timeout: float | None = None,
+        max_tool_calls: int | None = 64,
     ) -> None:
         self.tools = tools
         self.raise_on_failure = raise_on_failure
         self.max_workers = max_workers
         self.streaming_callback = streaming_callback
         self.enable_streaming_callback_passthrough = enable_streaming_callback_passthrough
+        self.tool_timeout = check_timeout(tool_timeout, "ToolInvoker tool_timeout")
+        self.max_tool_calls = check_max_tool_calls(max_tool_calls, "ToolInvoker max_tool_calls")
         self._specs = tool_specs(tools)
+        self._has_toolsets = isinstance(tools, Toolset) or any(isinstance(item, Toolset) for item in tools)
+        self._specs_of: tuple[int, ...] = self._tool_ids()
+        self._is_warmed_up = False
+
+    def _tool_ids(self) -> tuple[int, ...]:
+        return tuple(map(id, flatten_tools_or_toolsets(self.tools)))
+
+    def _current_specs(self) -> dict[str, ToolSpec]:
+        """The specs of the tools as they are now: a toolset may load its tools at warm-up, or change them."""
+        if self._has_toolsets:
+            ids = self._tool_ids()
+            if ids != self._specs_of:
+                self._specs, self._specs_of = tool_specs(self.tools), ids
+        return self._specs
+
+    def warm_up(self) -> None:
+        """
+        Warm up the tools and toolsets (a lazy toolset, such as an MCP one, connects and loads its tools now). ``run``
+        does it on first use; calling it again does nothing.
+        """
+        if not self._is_warmed_up:
+            warm_up_tools(self.tools)
+            self._is_warmed_up = True
+            self._current_specs()
+
+    async def warm_up_async(self) -> None:
+        """Warm up the tools and toolsets, awaiting their ``warm_up_async`` where they have one."""
+        if not self._is_warmed_up:
+            await warm_up_tools_async(self.tools)
+            self._is_warmed_up = True
+            self._current_specs()
 
     def _options(self, tools: ToolsArg | None) -> dict[str, Any]:
         """What ``run`` and ``run_async`` pass alike to the tool runner (all but the streaming callback)."""
         return {
-            "specs": self._specs if tools is None else tool_specs(tools),
+            "specs": self._current_specs() if tools is None else tool_specs(tools),
             "raise_on_failure": self.raise_on_failure,
             "max_workers": self.max_workers,
             "passthrough": self.enable_streaming_callback_passthrough,
+            "max_tool_calls": self.max_tool_calls,
+            "tool_timeout": self.tool_timeout,
         }
 
     @component.output_types(tool_messages=list[ChatMessage], state=State)
@@ -119,6 +165,9 @@ class ToolInvoker:
         :returns: ``tool_messages``: one tool result per call, in call order; ``state``: the State.
         :raises ToolInvocationError: With ``raise_on_failure=True``, when a call fails.
         """
+        self.warm_up()
+        if tools is not None:
+            warm_up_tools(tools)
         state = _state_or_new(state)
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
         tool_messages = run_tool_calls(messages, state, **self._options(tools), streaming_callback=callback)
@@ -141,6 +190,9 @@ class ToolInvoker:
         :param streaming_callback: Overrides the callback given at construction for this run (sync or async).
         :returns: ``tool_messages`` and ``state``.
         """
+        await self.warm_up_async()
+        if tools is not None:
+            await warm_up_tools_async(tools)
         state = _state_or_new(state)
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         tool_messages = await run_tool_calls_async(messages, state, **self._options(tools), streaming_callback=callback)
@@ -160,6 +212,8 @@ class ToolInvoker:
             max_workers=self.max_workers,
             streaming_callback=callback,
             enable_streaming_callback_passthrough=self.enable_streaming_callback_passthrough,
+            tool_timeout=self.tool_timeout,
+            max_tool_calls=self.max_tool_calls,
         )
 
     @classmethod

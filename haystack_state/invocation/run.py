@@ -1,6 +1,6 @@
 """
 Running one batch of a model's tool calls against a State, shared by ``ToolInvoker`` and ``Agent``: calls start when
-the calls they depend on are merged, run in a thread pool (:func:`run_tool_calls`) or as tasks
+the calls they depend on are merged, run in daemon worker threads (:func:`run_tool_calls`) or as tasks
 (:func:`run_tool_calls_async`), and are merged into the state strictly in the order the model listed them, each call
 all or nothing (:class:`ToolBatch`).
 """
@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from haystack import logging
 from haystack.dataclasses import ChatMessage, StreamingChunk
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT
+from haystack.tracing.tracer import Span
 
-from haystack_state.errors import ToolInvocationError
+from haystack_state.errors import ToolInvocationError, ToolTimeoutError
 from haystack_state.invocation.calls import (
     PlannedCall,
     call_arguments,
@@ -28,6 +29,9 @@ from haystack_state.invocation.calls import (
     result_message,
     state_writes,
 )
+from haystack_state.invocation.spans import batch_parent, traced_call, traced_call_async
+from haystack_state.invocation.timeouts import CANCEL_GRACE, Deadlines, call_timeout, with_timeout
+from haystack_state.invocation.workers import WORKERS
 from haystack_state.state import StagedState, State
 from haystack_state.tools.spec import ToolSpec
 
@@ -188,18 +192,43 @@ class ToolBatch:
         return chunks
 
 
-def _invoke_sync(spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+def _invoke_sync(spec: ToolSpec, kwargs: dict[str, Any], timeout: float | None = None) -> Any:
     if spec.supports_sync:
         return spec.tool.invoke(**kwargs)
+    call = with_timeout(spec.tool.invoke_async(**kwargs), spec, timeout)  # an async tool over time is cancelled
     try:
         asyncio.get_running_loop()
     except RuntimeError:  # no loop in this thread: run the coroutine on a fresh one
-        return asyncio.run(spec.tool.invoke_async(**kwargs))
+        return asyncio.run(call)
     # An event loop runs in this thread (e.g. ``run`` called from a notebook cell or a coroutine): it cannot be
     # re-entered, so the async tool runs on a loop of its own in a helper thread.
     context = contextvars.copy_context()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="haystack-state-tool") as helper:
-        return helper.submit(context.run, lambda: asyncio.run(spec.tool.invoke_async(**kwargs))).result()
+        return helper.submit(context.run, asyncio.run, call).result()
+
+
+def _call_sync(
+    call: PlannedCall, kwargs: dict[str, Any], timeout: float | None, traced: bool, parent: Span | None
+) -> Any:
+    """Run one call (in the calling thread or a worker), inside its span when tracing is on."""
+    assert call.spec is not None
+    if traced:
+        return traced_call(_invoke_sync, call.spec, call.tool_call, parent, call.spec, kwargs, timeout)
+    return _invoke_sync(call.spec, kwargs, timeout)
+
+
+def _settle(running: dict[Future[Any], Any], deadlines: Deadlines) -> None:
+    """Wait for the running calls to finish or overrun their deadlines (those not started are cancelled)."""
+    for future in list(running):
+        if future.cancel():
+            running.pop(future)
+    while running:
+        finished, _ = wait(running, timeout=deadlines.wait_time(), return_when=FIRST_COMPLETED)
+        for future in finished:
+            running.pop(future)
+            deadlines.discard(future)
+        for key, _ in deadlines.expired():
+            running.pop(key, None)  # type: ignore[call-overload]
 
 
 def _final_chunk() -> StreamingChunk:
@@ -215,10 +244,15 @@ def run_tool_calls(
     max_workers: int = 4,
     streaming_callback: Callable[[StreamingChunk], None] | None = None,
     passthrough: bool = False,
+    max_tool_calls: int | None = 64,
+    tool_timeout: float | None = None,
+    parent_span: Span | None = None,
 ) -> list[ChatMessage]:
     """
     Run every tool call of ``messages`` against ``state`` (see ``ToolInvoker.run``). Calls that can overlap run in
-    worker threads; a lone call runs in the calling thread. An async tool runs on an event loop of its own.
+    daemon worker threads; a lone call without a timeout runs in the calling thread. An async tool runs on an event
+    loop of its own. Ctrl-C (``KeyboardInterrupt``) stops the run at once: calls still running are abandoned and
+    merge nothing.
 
     :param messages: Messages whose tool calls to run.
     :param state: The State the tools read and write.
@@ -228,18 +262,25 @@ def run_tool_calls(
     :param max_workers: How many calls may run at once.
     :param streaming_callback: Receives each tool result as it is merged, then a final ``tool_call_results`` chunk.
     :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
+    :param max_tool_calls: The most calls of one batch that run; the others are answered with a
+        ``ToolCallLimitError``. No limit if None.
+    :param tool_timeout: The timeout, in seconds, of calls whose tool has none of its own; None for no timeout. A call
+        over time is answered with a ``ToolTimeoutError`` and merges nothing (its worker thread is abandoned).
+    :param parent_span: The tracing span the calls' spans go under; the current span if None.
     :returns: The tool result messages, in call order.
     :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
     """
     batch = ToolBatch(
-        plan_calls(messages, specs),
+        plan_calls(messages, specs, max_tool_calls),
         state,
         raise_on_failure=raise_on_failure,
         streaming_callback=streaming_callback,
         passthrough=passthrough,
     )
+    traced, parent = batch_parent(parent_span)
     running: dict[Future[Any], tuple[PlannedCall, StagedState | None]] = {}
-    pool: ThreadPoolExecutor | None = None
+    waiting: list[tuple[PlannedCall, dict[str, Any], StagedState | None]] = []
+    deadlines = Deadlines()
     try:
         while True:
             try:
@@ -250,38 +291,49 @@ def run_tool_calls(
                         streaming_callback(chunk)
             if batch.done:
                 break
-            ready = batch.startable()
-            if not ready and not running:  # the calls that could start failed before running: merge them
+            waiting.extend(batch.startable())
+            if not waiting and not running:  # the calls that could start failed before running: merge them
                 continue
-            if len(ready) == 1 and not running:  # nothing to overlap with: run it here, without a thread
-                call, kwargs, staged = ready[0]
+            if len(waiting) == 1 and not running:  # nothing to overlap with: run it here, without a thread
+                call, kwargs, staged = waiting[0]
                 assert call.spec is not None
-                try:
-                    outcome, ok = _invoke_sync(call.spec, kwargs), True
-                except Exception as exc:
-                    outcome, ok = exc, False
-                batch.finish(call, ok, outcome, staged)
-                continue
-            if pool is None:
-                pool = ThreadPoolExecutor(max_workers=max(1, max_workers), thread_name_prefix="haystack-state-tool")
-            for call, kwargs, staged in ready:
+                timeout = call_timeout(call.spec, tool_timeout)
+                if timeout is None:  # (a call with a timeout runs in a worker, which can be abandoned)
+                    waiting.clear()
+                    try:
+                        outcome, ok = _call_sync(call, kwargs, None, traced, parent), True
+                    except Exception as exc:
+                        outcome, ok = exc, False
+                    batch.finish(call, ok, outcome, staged)
+                    continue
+            while waiting and len(running) < max(1, max_workers):
+                call, kwargs, staged = waiting.pop(0)
                 assert call.spec is not None
+                timeout = call_timeout(call.spec, tool_timeout)
                 context = contextvars.copy_context()
-                running[pool.submit(context.run, _invoke_sync, call.spec, kwargs)] = (call, staged)
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                future = WORKERS.submit(context.run, _call_sync, call, kwargs, timeout, traced, parent)
+                running[future] = (call, staged)
+                deadlines.start(future, timeout, 0.0 if call.spec.supports_sync else CANCEL_GRACE)
+            finished, _ = wait(running, timeout=deadlines.wait_time(), return_when=FIRST_COMPLETED)
             for future in finished:
                 call, staged = running.pop(future)
+                deadlines.discard(future)
                 raised = future.exception()
                 batch.finish(call, raised is None, raised if raised is not None else future.result(), staged)
+            for key, timeout in deadlines.expired():  # over time: abandoned, its staged writes discarded
+                call, staged = running.pop(key)  # type: ignore[call-overload]
+                assert call.spec is not None
+                batch.finish(call, False, ToolTimeoutError(call.spec.name, timeout), None)
+    except Exception:
+        # A failure is raised: the results still to come would be discarded, so the calls that have not started do not
+        # run. Those already running finish first (or overrun their timeouts).
+        _settle(running, deadlines)
+        raise
     except BaseException:
-        # A failure is raised (or the run is interrupted): the results still to come would be discarded, so the
-        # calls that have not started yet do not run at all. Those already running finish first.
+        # The run is interrupted (Ctrl-C): it stops now. The running calls are abandoned in their daemon threads.
         for future in running:
             future.cancel()
         raise
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
     if batch.messages and streaming_callback is not None:
         streaming_callback(_final_chunk())
     return batch.messages
@@ -296,10 +348,14 @@ async def run_tool_calls_async(
     max_workers: int = 4,
     streaming_callback: StreamingCallbackT | None = None,
     passthrough: bool = False,
+    max_tool_calls: int | None = 64,
+    tool_timeout: float | None = None,
+    parent_span: Span | None = None,
 ) -> list[ChatMessage]:
     """
     Run every tool call of ``messages`` against ``state`` (see ``ToolInvoker.run_async``): async tools are awaited,
-    sync tools run in worker threads, at most ``max_workers`` calls at a time.
+    sync tools run in worker threads, at most ``max_workers`` calls at a time. A call over its timeout is cancelled
+    (a sync tool with a timeout runs in a daemon worker thread, which is abandoned).
 
     :param messages: Messages whose tool calls to run.
     :param state: The State the tools read and write.
@@ -310,21 +366,36 @@ async def run_tool_calls_async(
     :param streaming_callback: Receives (sync) or is awaited with (async) each tool result as it is merged, then a
         final ``tool_call_results`` chunk.
     :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
+    :param max_tool_calls: The most calls of one batch that run (see :func:`run_tool_calls`).
+    :param tool_timeout: The timeout of calls whose tool has none of its own (see :func:`run_tool_calls`).
+    :param parent_span: The tracing span the calls' spans go under; the current span if None.
     :returns: The tool result messages, in call order.
     :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
     """
     batch = ToolBatch(
-        plan_calls(messages, specs),
+        plan_calls(messages, specs, max_tool_calls),
         state,
         raise_on_failure=raise_on_failure,
         streaming_callback=streaming_callback,
         passthrough=passthrough,
     )
     limit = asyncio.Semaphore(max(1, max_workers))
+    traced, parent = batch_parent(parent_span)
 
-    async def invoke(spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+    async def invoke(call: PlannedCall, kwargs: dict[str, Any]) -> Any:
+        spec = call.spec
+        assert spec is not None
+        timeout = call_timeout(spec, tool_timeout)
+        work: Awaitable[Any]
         async with limit:
-            return await spec.tool.invoke_async(**kwargs)
+            if timeout is not None and not spec.is_async:  # a sync tool: in a daemon thread, abandoned if over time
+                context = contextvars.copy_context()
+                work = asyncio.wrap_future(WORKERS.submit(context.run, _invoke_sync, spec, kwargs))
+            else:
+                work = spec.tool.invoke_async(**kwargs)
+            if traced:
+                work = traced_call_async(work, spec, call.tool_call, parent)
+            return await with_timeout(work, spec, timeout)
 
     running: dict[asyncio.Task[Any], tuple[PlannedCall, StagedState | None]] = {}
     try:
@@ -339,7 +410,7 @@ async def run_tool_calls_async(
                 break
             for call, kwargs, staged in batch.startable():
                 assert call.spec is not None
-                running[asyncio.ensure_future(invoke(call.spec, kwargs))] = (call, staged)
+                running[asyncio.ensure_future(invoke(call, kwargs))] = (call, staged)
             if not running:  # the calls that could start failed before running: merge them
                 continue
             finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)

@@ -17,7 +17,9 @@ the function's module must be (``HAYSTACK_DESERIALIZATION_ALLOWLIST`` or ``allow
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, overload
 
 from haystack.tools.errors import ToolInvocationError
@@ -32,6 +34,7 @@ from haystack_state.tools.validation import check_outputs_to_state, check_output
 __all__ = ["FunctionTool", "tool"]
 
 
+@dataclass
 class FunctionTool(Tool):
     """
     A haystack ``Tool`` made from a function by :func:`tool`.
@@ -43,12 +46,19 @@ class FunctionTool(Tool):
     they are.
 
     Build one with :func:`tool` (which validates the definition and derives the schema); constructing it directly
-    takes the same arguments as ``haystack.tools.Tool``.
+    takes the same arguments as ``haystack.tools.Tool``, and ``timeout``.
+
+    :param timeout: The most seconds a call may take before the tool runner answers it with a ``ToolTimeoutError``
+        (see ``ToolInvoker``); None for the runner's default.
     """
+
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
         """Validate like ``Tool``, then note the types of the model-visible parameters."""
         super().__post_init__()
+        if (problem := _timeout_problem(self.name, self.timeout)) is not None:
+            raise ToolDefinitionError(self.name, [problem])
         target = self.function if self.function is not None else self.async_function
         visible = set(self.parameters.get("properties", {}))
         try:
@@ -72,6 +82,7 @@ class FunctionTool(Tool):
         inputs_from_state: dict[str, str] | None = None,
         outputs_to_state: dict[str, dict[str, Any]] | None = None,
         outputs_to_string: dict[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> FunctionTool:
         """
         Create a tool from a function; see :func:`tool` for what each argument means.
@@ -83,6 +94,7 @@ class FunctionTool(Tool):
         :param inputs_from_state: ``{"state_key": "param_name"}``: parameters filled from state, hidden from the model.
         :param outputs_to_state: ``{"state_key": {"source": "output_key", "handler": fn}}``, both keys optional.
         :param outputs_to_string: How the result is turned into the tool message (haystack-ai's format).
+        :param timeout: The most seconds a call may take; None for the tool runner's default.
         :returns: The tool.
         :raises ToolDefinitionError: Listing every problem of the definition at once.
         :raises TypeError: If ``function`` is not callable.
@@ -102,6 +114,8 @@ class FunctionTool(Tool):
         problems.extend(layout.problems)
         problems.extend(check_outputs_to_state(tool_name, outputs_to_state))
         problems.extend(check_outputs_to_string(tool_name, outputs_to_string))
+        if (problem := _timeout_problem(tool_name, timeout)) is not None:
+            problems.append(problem)
         if problems:
             raise ToolDefinitionError(tool_name, problems)
 
@@ -118,9 +132,21 @@ class FunctionTool(Tool):
                 if outputs_to_state
                 else None,
                 outputs_to_string=dict(outputs_to_string) if outputs_to_string else None,
+                timeout=float(timeout) if timeout is not None else None,
             )
         except (TypeError, ValueError) as error:  # haystack's own checks, should ours have missed one
             raise ToolDefinitionError(tool_name, [f"Tool '{tool_name}': {error}"]) from error
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serialize the tool as haystack's ``Tool.to_dict`` does; ``timeout`` only when one is set.
+
+        :returns: The serialized tool.
+        """
+        data = super().to_dict()
+        if self.timeout is None:
+            data["data"].pop("timeout", None)
+        return data
 
     @property
     def argument_types(self) -> dict[str, Any]:
@@ -175,6 +201,7 @@ def tool(
     inputs_from_state: dict[str, str] | None = None,
     outputs_to_state: dict[str, dict[str, Any]] | None = None,
     outputs_to_string: dict[str, Any] | None = None,
+    timeout: float | None = None,
 ) -> FunctionTool: ...
 
 
@@ -187,6 +214,7 @@ def tool(
     inputs_from_state: dict[str, str] | None = None,
     outputs_to_state: dict[str, dict[str, Any]] | None = None,
     outputs_to_string: dict[str, Any] | None = None,
+    timeout: float | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -198,6 +226,7 @@ def tool(
     inputs_from_state: dict[str, str] | None = None,
     outputs_to_state: dict[str, dict[str, Any]] | None = None,
     outputs_to_string: dict[str, Any] | None = None,
+    timeout: float | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """
     Turn a function, sync or ``async def``, into a haystack ``Tool`` (a :class:`FunctionTool`).
@@ -242,6 +271,9 @@ def tool(
     :param outputs_to_state: ``{"state_key": {"source": "output_key", "handler": fn}}``; without ``source`` the
         whole result is merged into the state key; ``handler(current, new)`` overrides the key's merge handler.
     :param outputs_to_string: How the result becomes the tool message, in haystack-ai's format.
+    :param timeout: The most seconds a call may take: a call over time is answered with a ``ToolTimeoutError`` and
+        merges nothing (an async function is cancelled; a sync one is abandoned in its worker thread). None (the
+        default) leaves it to the tool runner's ``tool_timeout``.
     :returns: The tool, or (with parentheses and no function) a decorator that makes it.
     :raises ToolDefinitionError: At decoration time, listing every problem at once: an ``inputs_from_state`` entry
         naming a missing parameter, a malformed ``outputs_to_state`` entry (unknown keys, a non-string source, a
@@ -257,8 +289,18 @@ def tool(
             inputs_from_state=inputs_from_state,
             outputs_to_state=outputs_to_state,
             outputs_to_string=outputs_to_string,
+            timeout=timeout,
         )
 
     if function is None:
         return decorator
     return decorator(function)
+
+
+def _timeout_problem(tool_name: str, timeout: Any) -> str | None:
+    """Why ``timeout`` is not a valid tool timeout, or None."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
+        return f"Tool '{tool_name}': timeout must be a positive number of seconds or None, got {timeout!r}."
+    return None

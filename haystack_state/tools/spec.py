@@ -57,6 +57,8 @@ class ToolSpec:
     :param streaming_callback: Whether the callable takes a ``streaming_callback`` parameter.
     :param outputs_to_string: How the result becomes the tool message (haystack-ai's format), or ``None``.
     :param tool: The tool itself.
+    :param timeout: The tool's own timeout in seconds (``@tool(timeout=...)``, or a ``timeout`` attribute of any
+        ``Tool``), or None.
     """
 
     name: str
@@ -74,6 +76,7 @@ class ToolSpec:
     streaming_callback: bool
     outputs_to_string: dict[str, Any] | None
     tool: Tool
+    timeout: float | None = None
 
 
 def tool_spec(tool: Tool) -> ToolSpec:
@@ -132,6 +135,7 @@ def tool_spec(tool: Tool) -> ToolSpec:
         streaming_callback=STREAMING_CALLBACK in names,
         outputs_to_string=dict(tool.outputs_to_string) if tool.outputs_to_string is not None else None,
         tool=tool,
+        timeout=_timeout(tool),
     )
 
 
@@ -190,3 +194,11 @@ def _without(schema: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
     if isinstance(schema.get("required"), list):
         result["required"] = [name for name in schema["required"] if name not in hidden]
     return result
+
+
+def _timeout(tool: Tool) -> float | None:
+    """A tool's own timeout: its ``timeout`` attribute, if that is a positive number of seconds."""
+    timeout = getattr(tool, "timeout", None)
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+        return float(timeout)
+    return None

@@ -366,16 +366,7 @@ def test_max_agent_steps_stops_after_the_last_steps_tools(agent_class: Any, capl
 
 @pytest.mark.parametrize(
     "cls",
-    [
-        HaystackAgent,
-        pytest.param(
-            Agent,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="waiting for the invocation branch: our ToolInvocationError becomes a subclass of haystack's",
-            ),
-        ),
-    ],
+    [HaystackAgent, Agent],
     ids=["haystack", "ours"],
 )
 def test_a_failing_tool_with_raise_on_failure_raises_haystacks_error(cls: Any) -> None:

@@ -1,0 +1,87 @@
+"""
+A tracing span for each tool call, as haystack-ai 3.4 opens it (``haystack.components.agents.tool_calling``): named
+``haystack.agent.step.tool``, tagged ``haystack.tool.name`` and ``haystack.tool.description``, with the call's
+arguments and result as the content tags ``haystack.agent.step.tool.input`` and ``haystack.agent.step.tool.output``,
+and ``haystack.tool.error`` set when the call fails. All the spans of a batch are siblings under one parent (the
+runner's ``parent_span``, else the span current when the batch starts), whichever thread runs the call.
+
+With tracing off (haystack's ``NullTracer``), a runner calls the tool directly: no span, no wrapper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from haystack.dataclasses import ToolCall
+from haystack.tracing.tracer import Span, is_tracing_enabled, tracer
+
+from haystack_state.tools.spec import ToolSpec
+
+__all__ = ["TOOL_SPAN", "batch_parent", "traced_call", "traced_call_async"]
+
+T = TypeVar("T")
+
+#: haystack-ai's name for the span of one tool call.
+TOOL_SPAN = "haystack.agent.step.tool"
+
+
+def batch_parent(parent_span: Span | None) -> tuple[bool, Span | None]:
+    """
+    Whether the calls of a batch are traced, and the parent of their spans.
+
+    :param parent_span: The parent given to the runner; the current span if None.
+    :returns: ``(traced, parent)``; ``(False, None)`` when tracing is off.
+    """
+    if not is_tracing_enabled():
+        return False, None
+    return True, parent_span if parent_span is not None else tracer.current_span()
+
+
+def _tags(spec: ToolSpec, tool_call: ToolCall) -> dict[str, Any]:
+    return {"haystack.tool.name": tool_call.tool_name, "haystack.tool.description": spec.description}
+
+
+def traced_call(call: Callable[..., T], spec: ToolSpec, tool_call: ToolCall, parent: Span | None, *args: Any) -> T:
+    """
+    ``call(*args)`` inside the call's span.
+
+    :param call: What runs the tool.
+    :param spec: The tool.
+    :param tool_call: The model's call.
+    :param parent: The parent span.
+    :param args: The arguments of ``call``.
+    :returns: What ``call`` returns.
+    """
+    with tracer.trace(TOOL_SPAN, tags=_tags(spec, tool_call), parent_span=parent) as span:
+        span.set_content_tag("haystack.agent.step.tool.input", tool_call.arguments)
+        try:
+            result = call(*args)
+        except BaseException as exc:
+            span.set_tag("haystack.tool.error", True)
+            span.set_content_tag("haystack.agent.step.tool.output", {"error": str(exc)})
+            raise
+        span.set_content_tag("haystack.agent.step.tool.output", result)
+        return result
+
+
+async def traced_call_async(awaitable: Awaitable[T], spec: ToolSpec, tool_call: ToolCall, parent: Span | None) -> T:
+    """
+    Await a call inside its span (see :func:`traced_call`).
+
+    :param awaitable: The call.
+    :param spec: The tool.
+    :param tool_call: The model's call.
+    :param parent: The parent span.
+    :returns: Its result.
+    """
+    with tracer.trace(TOOL_SPAN, tags=_tags(spec, tool_call), parent_span=parent) as span:
+        span.set_content_tag("haystack.agent.step.tool.input", tool_call.arguments)
+        try:
+            result = await awaitable
+        except BaseException as exc:
+            span.set_tag("haystack.tool.error", True)
+            span.set_content_tag("haystack.agent.step.tool.output", {"error": str(exc)})
+            raise
+        span.set_content_tag("haystack.agent.step.tool.output", result)
+        return result
