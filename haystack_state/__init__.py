@@ -34,12 +34,15 @@ from haystack_state.errors import (
     ToolArgumentsError,
     ToolDefinitionError,
     ToolExecutionError,
+    ToolInterruptedError,
     ToolInvocationError,
     ToolMergeError,
     ToolNotFoundError,
     UnknownStateKeyError,
+    UnstorableValueError,
 )
 from haystack_state.handlers import RESET, add, merge_dicts, merge_lists, replace_values, unique
+from haystack_state.interrupts import ToolInterrupt, interrupt
 from haystack_state.invocation import ToolInvoker
 from haystack_state.persistence import (
     Checkpoint,
@@ -50,6 +53,7 @@ from haystack_state.persistence import (
     ThreadInfo,
     register_type,
 )
+from haystack_state.runtime import RunContext
 from haystack_state.state import StagedState, State
 from haystack_state.tools import ComponentTool, FunctionTool, ToolSpec, tool, tool_spec, tool_specs
 from haystack_state.values import FrozenDict, FrozenList, thaw
@@ -102,12 +106,17 @@ __all__ = [
     "ToolArgumentsError",
     "ToolDefinitionError",
     "ToolExecutionError",
+    "ToolInterrupt",
+    "ToolInterruptedError",
     "ToolInvocationError",
     "ToolMergeError",
     "ToolInvoker",
     "ToolNotFoundError",
     "ToolSpec",
     "UnknownStateKeyError",
+    "UnstorableValueError",
+    "RunContext",
+    "interrupt",
     "add",
     "merge_dicts",
     "merge_lists",

@@ -4,5 +4,7 @@ Running a model's tool calls against a State: planning them (resolve, validate, 
 """
 
 from haystack_state.invocation.invoker import ToolInvoker
+from haystack_state.invocation.outcome import BatchOutcome, PendingCall
+from haystack_state.invocation.run import run_tool_batch, run_tool_batch_async
 
-__all__ = ["ToolInvoker"]
+__all__ = ["BatchOutcome", "PendingCall", "ToolInvoker", "run_tool_batch", "run_tool_batch_async"]

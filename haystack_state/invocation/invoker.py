@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
@@ -16,6 +17,7 @@ from haystack.tools.toolset import Toolset
 from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
+from haystack_state.runtime import RunContext, check_tool_deps
 from haystack_state.state import State
 from haystack_state.tools.spec import tool_specs
 
@@ -92,13 +94,23 @@ class ToolInvoker:
         self.enable_streaming_callback_passthrough = enable_streaming_callback_passthrough
         self._specs = tool_specs(tools)
 
-    def _options(self, tools: ToolsArg | None) -> dict[str, Any]:
-        """What ``run`` and ``run_async`` pass alike to the tool runner (all but the streaming callback)."""
+    def _options(
+        self, tools: ToolsArg | None, context: Any, answers: Mapping[str, Sequence[Any]] | None
+    ) -> dict[str, Any]:
+        """
+        What ``run`` and ``run_async`` pass alike to the tool runner (all but the streaming callback), once the
+        context is checked against the tools' ``RunContext[T]`` parameters.
+        """
+        specs = self._specs if tools is None else tool_specs(tools)
+        run_context = context if isinstance(context, RunContext) else RunContext(deps=context)
+        check_tool_deps(specs, run_context.deps)
         return {
-            "specs": self._specs if tools is None else tool_specs(tools),
+            "specs": specs,
             "raise_on_failure": self.raise_on_failure,
             "max_workers": self.max_workers,
             "passthrough": self.enable_streaming_callback_passthrough,
+            "context": run_context,
+            "answers": answers,
         }
 
     @component.output_types(tool_messages=list[ChatMessage], state=State)
@@ -108,6 +120,8 @@ class ToolInvoker:
         state: State | None = None,
         tools: ToolsArg | None = None,
         streaming_callback: StreamingCallbackT | None = None,
+        context: Any = None,
+        answers: dict[str, list[Any]] | None = None,
     ) -> dict[str, Any]:
         """
         Run the tool calls of ``messages``.
@@ -116,12 +130,19 @@ class ToolInvoker:
         :param state: The State the tools read and write. A new empty State if None.
         :param tools: Tools to use for this run instead of the ones given at construction.
         :param streaming_callback: Overrides the callback given at construction for this run.
+        :param context: The run's dependencies (a database connection, a client, the current user): tool parameters
+            annotated ``RunContext[T]`` receive a ``RunContext`` whose ``deps`` is this very object, never copied.
+            It is never put in the state or in the outputs. A ``RunContext`` is passed as it is.
+        :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in order. A call that asks
+            for more than it is given fails with a ``ToolInterruptedError`` (only an ``Agent`` can wait for a human).
         :returns: ``tool_messages``: one tool result per call, in call order; ``state``: the State.
         :raises ToolInvocationError: With ``raise_on_failure=True``, when a call fails.
+        :raises TypeError: If ``context`` does not match a tool's ``RunContext[T]`` parameter (before any call runs).
         """
         state = _state_or_new(state)
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
-        tool_messages = run_tool_calls(messages, state, **self._options(tools), streaming_callback=callback)
+        options = self._options(tools, context, answers)
+        tool_messages = run_tool_calls(messages, state, **options, streaming_callback=callback)
         return {"tool_messages": tool_messages, "state": state}
 
     @component.output_types(tool_messages=list[ChatMessage], state=State)
@@ -131,6 +152,8 @@ class ToolInvoker:
         state: State | None = None,
         tools: ToolsArg | None = None,
         streaming_callback: StreamingCallbackT | None = None,
+        context: Any = None,
+        answers: dict[str, list[Any]] | None = None,
     ) -> dict[str, Any]:
         """
         Run the tool calls of ``messages`` asynchronously. Same parameters and results as :meth:`run`.
@@ -139,11 +162,14 @@ class ToolInvoker:
         :param state: The State the tools read and write. A new empty State if None.
         :param tools: Tools to use for this run instead of the ones given at construction.
         :param streaming_callback: Overrides the callback given at construction for this run (sync or async).
+        :param context: The run's dependencies, given to ``RunContext[T]`` parameters (see :meth:`run`).
+        :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls (see :meth:`run`).
         :returns: ``tool_messages`` and ``state``.
         """
         state = _state_or_new(state)
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
-        tool_messages = await run_tool_calls_async(messages, state, **self._options(tools), streaming_callback=callback)
+        options = self._options(tools, context, answers)
+        tool_messages = await run_tool_calls_async(messages, state, **options, streaming_callback=callback)
         return {"tool_messages": tool_messages, "state": state}
 
     def to_dict(self) -> dict[str, Any]:
