@@ -14,7 +14,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, Optional, Union, get_args, get_origin
 
 from haystack.components.agents.state import State as HaystackState
 
@@ -88,14 +88,27 @@ def context_deps_type(annotation: Any) -> Any:
         from haystack_state import RunContext
 
         assert context_deps_type(RunContext[Deps]) is Deps
+        assert context_deps_type(RunContext[Deps] | None) == Optional[Deps]
         assert context_deps_type(Optional[RunContext]) is Any
         assert context_deps_type(str) is None
 
     :param annotation: A type annotation (already resolved, not a string).
-    :returns: ``T`` for ``RunContext[T]`` (and ``RunContext[T] | None``, ``Optional[...]``, ``Annotated[...]``),
-        ``Any`` for a bare ``RunContext``, None for any other annotation.
+    :returns: ``T`` for ``RunContext[T]`` (and ``Annotated[...]``); ``T | None`` for ``RunContext[T] | None`` and
+        ``Optional[RunContext[T]]``, since a tool that accepts no context accepts a run without dependencies;
+        ``Any`` for a bare ``RunContext``; None for any other annotation.
     """
-    return deps_type(unwrap_optional(annotation))
+    inner = unwrap_optional(annotation)
+    expects = deps_type(inner)
+    if expects is None or expects is Any or not _accepts_none(annotation):
+        return expects
+    return Optional[expects]  # noqa: UP045  # T may be a string or a TypeVar, which `| None` does not take
+
+
+def _accepts_none(annotation: Any) -> bool:
+    """Whether an annotation is ``X | None`` (or ``Optional[X]``), possibly inside ``Annotated``."""
+    if get_origin(annotation) is Annotated:
+        return _accepts_none(get_args(annotation)[0])
+    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
 
 
 def contains_callable(annotation: Any) -> bool:
