@@ -53,7 +53,6 @@ from haystack_state.persistence import (
     ThreadInfo,
     register_type,
 )
-from haystack_state.runtime import RunContext
 from haystack_state.state import StagedState, State
 from haystack_state.tools import ComponentTool, FunctionTool, ToolSpec, tool, tool_spec, tool_specs
 from haystack_state.values import FrozenDict, FrozenList, thaw
@@ -115,7 +114,6 @@ __all__ = [
     "ToolSpec",
     "UnknownStateKeyError",
     "UnstorableValueError",
-    "RunContext",
     "interrupt",
     "add",
     "merge_dicts",

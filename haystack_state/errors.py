@@ -59,6 +59,22 @@ class StateTypeError(HaystackStateError, TypeError):
         super().__init__(message)
 
 
+class StateHandlerError(HaystackStateError, RuntimeError):
+    """A merge handler raised while merging a value into a key. The state is unchanged."""
+
+    def __init__(self, key: str, handler: str, cause: BaseException) -> None:
+        self.key = key
+        self.handler = handler
+        super().__init__(
+            f"Handler '{handler}' failed while merging into state key '{key}': {type(cause).__name__}: {cause}. "
+            "The state is unchanged."
+        )
+
+
+class StateSerializationError(HaystackStateError, ValueError):
+    """A serialized state (``State.from_dict`` input) is malformed."""
+
+
 class UnstorableValueError(StateTypeError):
     """
     A value the State cannot keep: it cannot be copied (a database connection, a lock, a socket, an open file, a
@@ -94,22 +110,6 @@ class UnstorableValueError(StateTypeError):
         :returns: A new error.
         """
         return UnstorableValueError(key, self.value, self.reason)
-
-
-class StateHandlerError(HaystackStateError, RuntimeError):
-    """A merge handler raised while merging a value into a key. The state is unchanged."""
-
-    def __init__(self, key: str, handler: str, cause: BaseException) -> None:
-        self.key = key
-        self.handler = handler
-        super().__init__(
-            f"Handler '{handler}' failed while merging into state key '{key}': {type(cause).__name__}: {cause}. "
-            "The state is unchanged."
-        )
-
-
-class StateSerializationError(HaystackStateError, ValueError):
-    """A serialized state (``State.from_dict`` input) is malformed."""
 
 
 # --- Tools -----------------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ from haystack.utils import Secret
 from haystack_state import (
     CodecError,
     ComponentTool,
-    RunContext,
     State,
     ToolDefinitionError,
     ToolInvoker,
@@ -39,7 +38,7 @@ from haystack_state import (
 )
 from haystack_state.invocation.run import run_tool_calls
 from haystack_state.persistence.codec import dumps
-from haystack_state.runtime import check_tool_deps
+from haystack_state.runtime import RunContext, check_tool_deps
 from haystack_state.values import to_jsonable
 
 SECRET = "sk-live-0123456789"
