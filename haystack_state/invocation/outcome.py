@@ -8,6 +8,7 @@ run (an ``Agent``'s ``interrupt_before``), the calls stopped by ``interrupt()``,
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
 
@@ -26,6 +27,7 @@ __all__ = [
     "blocked_calls",
     "block_dependents",
     "interrupted_error",
+    "model_arguments",
     "pending_call",
     "waits_for",
 ]
@@ -96,8 +98,14 @@ class Interrupted:
     stop: ToolInterrupt
 
 
-def _arguments(call: PlannedCall) -> dict[str, Any]:
-    raw = call.tool_call.arguments
+def model_arguments(call: PlannedCall) -> dict[str, Any]:
+    """The arguments the model sent for a call, as a dict (JSON text parsed; anything else is ``{}``)."""
+    raw: Any = call.tool_call.arguments
+    if isinstance(raw, str):  # some providers hand over the JSON text
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {}
     return dict(raw) if isinstance(raw, Mapping) else {}
 
 
@@ -116,7 +124,7 @@ def pending_call(
     return PendingCall(
         call_id=call.tool_call.id,
         tool_name=call.tool_call.tool_name,
-        arguments=_arguments(call),
+        arguments=model_arguments(call),
         reason=reason,
         tool_call=call.tool_call,
         value=stop.value if stop is not None else None,

@@ -41,6 +41,7 @@ from haystack_state.invocation.outcome import (
     block_dependents,
     blocked_calls,
     interrupted_error,
+    model_arguments,
     pending_call,
     waits_for,
 )
@@ -256,12 +257,7 @@ class ToolBatch:
         return produced
 
     def _describe(self, call: PlannedCall) -> dict[str, Any]:
-        raw = call.tool_call.arguments
-        return {
-            "call_id": call.tool_call.id,
-            "tool_name": call.tool_call.tool_name,
-            "arguments": dict(raw) if isinstance(raw, Mapping) else {},
-        }
+        return {"call_id": call.tool_call.id, "tool_name": call.tool_call.tool_name, "arguments": model_arguments(call)}
 
     def _finished(self, call: PlannedCall, message: ChatMessage) -> None:
         assert self.on_call is not None
