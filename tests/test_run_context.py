@@ -20,7 +20,7 @@ from typing import Annotated, Any, Optional, Protocol
 
 import pytest
 from fake_openai import FakeOpenAIServer
-from haystack import component
+from haystack import Pipeline, component
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.dataclasses import ChatMessage, ToolCall
 from haystack.utils import Secret
@@ -276,6 +276,18 @@ def test_a_tool_can_emit_events_from_worker_threads() -> None:
     assert texts(output) == ["0", "1", "2", "3"]
     assert sorted(data["n"] for _, data, _ in received) == [0, 1, 2, 3]
     assert {name for name, _, _ in received} == {"progress"}
+
+
+def test_in_a_pipeline_a_run_context_keeps_the_very_deps_object() -> None:
+    # Pipelines deep-copy component inputs; a RunContext is never copied, so its deps stay the live object.
+    deps = Deps("u1")
+    pipeline = Pipeline()
+    pipeline.add_component("invoker", ToolInvoker(tools=[whoami]))
+    result = pipeline.run(
+        {"invoker": {"messages": calls(("whoami", {"greeting": "Hi"})), "context": RunContext(deps=deps)}}
+    )
+    assert texts(result["invoker"]) == ["Hi, u1"]
+    assert seen[0].deps is deps
 
 
 # --- component tools ---------------------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ class ToolInvoker:
     result message per call.
 
     A call that fails merges nothing, including what it wrote through an injected State. Parameters hidden from
-    the model always come from state: a value the model sends for one is dropped.
+    the model always come from state: a value the model sends for one is dropped. Live dependencies (a database
+    connection, a client) are passed as ``run(..., context=obj)`` and reach parameters annotated ``RunContext[T]``.
 
     ### Usage example
     ```python
@@ -132,7 +133,8 @@ class ToolInvoker:
         :param streaming_callback: Overrides the callback given at construction for this run.
         :param context: The run's dependencies (a database connection, a client, the current user): tool parameters
             annotated ``RunContext[T]`` receive a ``RunContext`` whose ``deps`` is this very object, never copied.
-            It is never put in the state or in the outputs. A ``RunContext`` is passed as it is.
+            It is never put in the state or in the outputs. A ``RunContext`` is passed as it is: in a Pipeline, which
+            deep-copies the inputs of its components, pass ``RunContext(deps=obj)`` to keep ``obj`` itself.
         :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in order. A call that asks
             for more than it is given fails with a ``ToolInterruptedError`` (only an ``Agent`` can wait for a human).
         :returns: ``tool_messages``: one tool result per call, in call order; ``state``: the State.
