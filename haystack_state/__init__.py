@@ -40,13 +40,16 @@ from haystack_state.errors import (
     ToolCallLimitError,
     ToolDefinitionError,
     ToolExecutionError,
+    ToolInterruptedError,
     ToolInvocationError,
     ToolMergeError,
     ToolNotFoundError,
     ToolTimeoutError,
     UnknownStateKeyError,
+    UnstorableValueError,
 )
 from haystack_state.handlers import RESET, add, merge_dicts, merge_lists, replace_values, unique
+from haystack_state.interrupts import ToolInterrupt, interrupt
 from haystack_state.invocation import ToolInvoker
 from haystack_state.persistence import (
     Checkpoint,
@@ -123,6 +126,8 @@ __all__ = [
     "ToolCallLimitError",
     "ToolDefinitionError",
     "ToolExecutionError",
+    "ToolInterrupt",
+    "ToolInterruptedError",
     "ToolInvocationError",
     "ToolMergeError",
     "ToolInvoker",
@@ -130,6 +135,8 @@ __all__ = [
     "ToolTimeoutError",
     "ToolSpec",
     "UnknownStateKeyError",
+    "UnstorableValueError",
+    "interrupt",
     "add",
     "merge_dicts",
     "merge_lists",

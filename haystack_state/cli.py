@@ -283,6 +283,7 @@ def _cmd_show(args: argparse.Namespace, out: Output) -> None:
             ],
             "pending_tool_calls": [{"id": c.id, "tool_name": c.tool_name, "arguments": c.arguments} for c in pending],
             "context_summary": _summary_json(values.get("context_summary")),
+            "pending_interrupts": _interrupts(meta) if pending or meta.metadata.get("interrupts") else [],
         }
         out(json.dumps(document, indent=2, ensure_ascii=False))
         return
@@ -303,14 +304,31 @@ def _cmd_show(args: argparse.Namespace, out: Output) -> None:
         for line in textwrap.wrap(summary["text"], WIDTH - 2) or [""]:
             out(f"  {line}")
         out("")
-    if meta.metadata.get("interrupted") and pending:
-        out("interrupted: waiting for Agent.resume")
+    requests = _interrupts(meta)
+    if requests:
+        out("interrupted: waiting for Agent.resume; pending interrupts:")
+        for request in requests:
+            value = request.get("value")
+            shown = json.dumps(_jsonable(value), ensure_ascii=False) if value is not None else "-"
+            out(f"  {request.get('id')}  {request.get('kind')}  {request.get('tool_name')}  {_clip(shown, 60)}")
+        out("")
     if not pending:
         out("pending tool calls: none")
         return
     out("pending tool calls:")
     for call in pending:
         out(f"  {call.id}  {call.tool_name}({json.dumps(call.arguments, ensure_ascii=False)})")
+
+
+def _interrupts(meta: CheckpointMeta) -> list[dict[str, Any]]:
+    """The requests an interrupted checkpoint waits for (see ``ThreadSnapshot.interrupts``)."""
+    if not meta.metadata.get("interrupted"):
+        return []
+    stored = meta.metadata.get("interrupts")
+    if isinstance(stored, list):
+        return [dict(r) for r in stored if isinstance(r, dict)]
+    pending = meta.metadata.get("pending")
+    return [{"id": str(i), "kind": "before", "call_id": i} for i in pending] if isinstance(pending, list) else []
 
 
 def _summary_json(value: Any) -> dict[str, Any] | None:

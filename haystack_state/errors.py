@@ -85,6 +85,43 @@ class StateSerializationError(HaystackStateError, ValueError):
     """A serialized state (``State.from_dict`` input) is malformed."""
 
 
+class UnstorableValueError(StateTypeError):
+    """
+    A value the State cannot keep: it cannot be copied (a database connection, a lock, a socket, an open file, a
+    generator), or it is the run's ``RunContext``. The State keeps a private copy of every value it holds and
+    checkpoints store it as JSON, so live objects belong in the run's context instead: pass them as
+    ``run(..., context=obj)`` and read them in a tool through a parameter annotated ``RunContext[T]`` (``ctx.deps``).
+    The state is unchanged. The copy's error, if there was one, is the ``__cause__``.
+
+    :param key: The state key written, or None when the value is frozen outside a State write.
+    :param value: The value that cannot be stored (the part of it that failed, for a container).
+    :param reason: Why it cannot be stored.
+    """
+
+    def __init__(self, key: str | None, value: Any, reason: str) -> None:
+        kind = type(value)
+        self.key = key  # type: ignore[assignment]  # None only before a State names the key
+        self.expected = "a value that can be copied and stored"
+        self.value = value
+        self.reason = reason
+        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        subject = f"State key '{key}' cannot hold" if key is not None else "The State cannot hold"
+        HaystackStateError.__init__(
+            self,
+            f"{subject} a {name}: {reason} Pass live objects such as connections, clients and locks as "
+            "run(..., context=obj), and read them in a tool through a parameter annotated RunContext[T] (ctx.deps).",
+        )
+
+    def for_key(self, key: str) -> UnstorableValueError:
+        """
+        The same error, naming the state key that was written.
+
+        :param key: The key.
+        :returns: A new error.
+        """
+        return UnstorableValueError(key, self.value, self.reason)
+
+
 # --- Tools -----------------------------------------------------------------------------------------
 
 
@@ -168,6 +205,30 @@ class ToolTimeoutError(ToolInvocationError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.tool_name, self.timeout), {"state": self.state}
+
+
+class ToolInterruptedError(ToolInvocationError):
+    """
+    A tool called ``interrupt(value)`` to ask a human, and the runner has no answer to give (``ToolInvoker``, or
+    ``run_tool_calls`` without ``answers``). Only an ``Agent`` with a checkpointer can stop, wait for the answer and
+    resume; with ``ToolInvoker``, pass the answers up front as ``answers={call_id: [answer, ...]}``. The call merged
+    nothing.
+
+    :param tool_name: The tool.
+    :param message: What happened.
+    :param call_id: The id of the tool call.
+    :param value: What the tool asked (the ``interrupt`` value).
+    :param index: Which of the call's ``interrupt()`` calls it was, from 0.
+    """
+
+    def __init__(self, tool_name: str, message: str, *, call_id: str | None, value: Any, index: int) -> None:
+        super().__init__(tool_name, message)
+        self.call_id = call_id
+        self.value = value
+        self.index = index
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild_interrupted, (self.tool_name, str(self), self.call_id, self.value, self.index, self.state)
 
 
 # --- Agent -----------------------------------------------------------------------------------------
@@ -265,3 +326,11 @@ class StoreInputError(StoreError, ValueError):
     A namespace, key, value, filter or paging argument given to a store is invalid. The message names it; nothing
     was read or written.
     """
+
+
+def _rebuild_interrupted(
+    tool_name: str, message: str, call_id: str | None, value: Any, index: int, state: Any
+) -> ToolInterruptedError:
+    error = ToolInterruptedError(tool_name, message, call_id=call_id, value=value, index=index)
+    error.state = state
+    return error

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar, Union, get_args, get_origin
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, NoReturn, TypeVar, Union, get_args, get_origin
 
-__all__ = ["RunContext", "check_deps", "deps_type"]
+__all__ = ["RunContext", "check_deps", "check_tool_deps", "deps_type"]
 
 T = TypeVar("T")
 
@@ -71,6 +71,31 @@ class RunContext(Generic[T]):
     def at_step(self, step: int) -> RunContext[T]:
         """The same context at another step."""
         return self if step == self.step else dataclasses.replace(self, step=step)
+
+    # The context is shared, never copied: its deps are the live object by design. Copying returns the context
+    # itself (so a Pipeline that deep-copies a component's inputs passes it through unchanged); pickling is refused,
+    # so it cannot leave the process in a pickled checkpoint or a worker's payload. The State refuses it too
+    # (``freeze``), and so does the checkpoint codec.
+
+    def __copy__(self) -> RunContext[T]:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RunContext[T]:
+        return self
+
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        raise TypeError(
+            "A RunContext cannot be pickled or stored: it carries the run's live dependencies. Pass them to each run "
+            "as run(..., context=obj) instead."
+        )
+
+    def __repr__(self) -> str:
+        # The deps are named by type only: a repr can end up in a log, a span or a tool result the model reads.
+        deps = "None" if self.deps is None else f"<{type(self.deps).__qualname__}>"
+        return (
+            f"RunContext(deps={deps}, thread_id={self.thread_id!r}, run_id={self.run_id!r}, step={self.step}, "
+            f"store={'None' if self.store is None else '<' + type(self.store).__qualname__ + '>'})"
+        )
 
 
 def deps_type(annotation: Any) -> Any:
@@ -110,6 +135,31 @@ def check_deps(expected: Any, deps: Any, where: str) -> None:
         f"{where} expects RunContext[{names}], but the run was given {given}. Pass the dependencies as "
         f"run(..., context=<a {names}>)."
     )
+
+
+def check_tool_deps(specs: Mapping[str, Any] | Iterable[Any], deps: Any) -> None:
+    """
+    Check the run's dependencies against every ``RunContext[T]`` parameter of a set of tools (see
+    :func:`check_deps`), before anything runs. ``Agent.run`` and ``ToolInvoker.run`` call it at the start of a run.
+
+    Usage example:
+
+    .. code-block:: python
+
+        from haystack_state.tools import tool_specs
+
+        check_tool_deps(tool_specs([whoami]), Deps(user_id="u1"))  # passes
+        check_tool_deps(tool_specs([whoami]), "not deps")  # TypeError naming tool 'whoami', parameter 'ctx'
+
+    :param specs: The tools' :class:`~haystack_state.tools.ToolSpec` objects (a ``tool_specs`` dict, or any iterable
+        of specs).
+    :param deps: The object given as ``run(context=...)`` (None if none was given).
+    :raises TypeError: At the first parameter whose ``T`` the object does not match, naming the tool and parameter.
+    """
+    items: Iterable[Any] = specs.values() if isinstance(specs, Mapping) else specs
+    for spec in items:
+        for param, expected in spec.context_params.items():
+            check_deps(expected, deps, f"Tool '{spec.name}', parameter '{param}'")
 
 
 def _classes(annotation: Any) -> tuple[type, ...] | None:

@@ -22,6 +22,7 @@ from haystack_state.errors import (
     StateSerializationError,
     StateTypeError,
     UnknownStateKeyError,
+    UnstorableValueError,
 )
 from haystack_state.handlers import RESET, merge_lists, replace_values
 from haystack_state.schema import (
@@ -256,7 +257,10 @@ class State:
                 for each in value:
                     if type(each) not in accepted:
                         check(key, each, items_of)
-                frozen = [freeze(each) for each in value]
+                try:
+                    frozen = [freeze(each) for each in value]
+                except UnstorableValueError as exc:
+                    raise exc.for_key(key) from exc.__cause__
                 has_objects = any(map(needs_copy_on_read, frozen))
                 with self._lock:
                     current = self._values.get(key)
@@ -274,7 +278,10 @@ class State:
             else:  # a single item: the common case of an agent appending one result at a time
                 if type(value) not in accepted:
                     check(key, value, items_of)
-                item = freeze(value)
+                try:
+                    item = freeze(value)
+                except UnstorableValueError as exc:
+                    raise exc.for_key(key) from exc.__cause__
                 has_objects = type(item) not in SHAREABLE and needs_copy_on_read(item)
                 with self._lock:
                     current = self._values.get(key)
@@ -445,13 +452,18 @@ class State:
     def _store(self, key: str, value: Any) -> None:
         """Store an already-checked whole value."""
         spec = self._specs[key]
-        self._journal[key] = None
-        if spec.is_list and isinstance(value, list):
-            items = [freeze(item) for item in value]
-            self._values[key] = items
-            self._has_objects[key] = any(map(needs_copy_on_read, items))
-        else:
-            self._values[key] = freeze(value)
+        try:
+            if spec.is_list and isinstance(value, list):
+                items = [freeze(item) for item in value]
+                self._journal[key] = None
+                self._values[key] = items
+                self._has_objects[key] = any(map(needs_copy_on_read, items))
+            else:
+                frozen = freeze(value)
+                self._journal[key] = None
+                self._values[key] = frozen
+        except UnstorableValueError as exc:
+            raise exc.for_key(key) from exc.__cause__
 
     def _write(self, key: str, value: Any, handler_override: Handler | None) -> None:
         spec = self._spec(key)
@@ -477,7 +489,10 @@ class State:
             items_of = _items_of(spec)
             for item in items:
                 check(key, item, items_of)
-            frozen = [freeze(item) for item in items]
+            try:
+                frozen = [freeze(item) for item in items]
+            except UnstorableValueError as exc:
+                raise exc.for_key(key) from exc.__cause__
             has_objects = any(map(needs_copy_on_read, frozen))
             if current is None:
                 self._values[key] = frozen
@@ -679,7 +694,10 @@ class StagedState(State):
         if value is not RESET:
             # Record a private, read-only copy: a caller that changes its object after set() cannot change what
             # commit() applies.
-            value = freeze(value)
+            try:
+                value = freeze(value)
+            except UnstorableValueError as exc:
+                raise exc.for_key(key) from exc.__cause__
         super()._write(key, value, handler_override)
         self.writes.append((key, value, handler_override))
 

@@ -9,7 +9,9 @@ A value enters the state once, through :func:`freeze`, which takes a private, re
 - dataclass instances (``Document``, ``ChatMessage``, your own) are copied field by field with their fields
   frozen; immutable scalars (str, int, float, bool, bytes, None, enums, dates, ...) are kept as they are;
 - other objects (pydantic models, arbitrary classes, and subclasses of ``dict`` and ``list`` such as
-  ``collections.Counter``, whose type must survive) are deep-copied.
+  ``collections.Counter``, whose type must survive) are deep-copied. An object that cannot be copied (a database
+  connection, a lock, a socket, a generator), and the run's ``RunContext``, are refused with an
+  :class:`~haystack_state.errors.UnstorableValueError`: live objects belong in ``run(..., context=obj)``.
 
 Reading goes through :func:`read`, which is cheap: the top-level container comes back as a fresh, ordinary
 ``list``/``dict``/``set`` (a shallow copy, one C-level pass) that the caller may change at will; everything
@@ -31,6 +33,9 @@ import pathlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, NoReturn
+
+from haystack_state.errors import UnstorableValueError
+from haystack_state.runtime import RunContext
 
 __all__ = [
     "SCALARS",
@@ -324,6 +329,21 @@ def _kept(value: Any) -> Any:
     return value
 
 
+def _deep_copy(value: Any) -> Any:
+    try:
+        return copy.deepcopy(value)
+    except Exception as error:
+        raise UnstorableValueError(
+            None, value, f"the State keeps a private copy of every value, and this one cannot be copied ({error})."
+        ) from error
+
+
+def _refuse_context(value: Any) -> NoReturn:
+    raise UnstorableValueError(
+        None, value, "a RunContext carries the run's live dependencies and is never stored, copied or checkpointed."
+    )
+
+
 _FREEZERS: dict[type, Callable[[Any], Any]] = {}
 
 
@@ -332,6 +352,8 @@ def _freezer(kind: type) -> Callable[[Any], Any]:
     if how is None:
         if issubclass(kind, _KEPT_AS_IS):
             how = _kept
+        elif issubclass(kind, RunContext):
+            how = _refuse_context
         elif issubclass(kind, tuple):
             how = _freeze_namedtuple if hasattr(kind, "_fields") else _freeze_tuple
         elif issubclass(kind, set):
@@ -341,7 +363,7 @@ def _freezer(kind: type) -> Callable[[Any], Any]:
         elif dataclasses.is_dataclass(kind):
             how = _freeze_dataclass
         else:
-            how = copy.deepcopy
+            how = _deep_copy
         _FREEZERS[kind] = how
     return how
 
@@ -354,6 +376,8 @@ def freeze(value: Any) -> Any:
 
     :param value: Any value.
     :returns: The frozen value, equal to ``value``.
+    :raises UnstorableValueError: If the value (or a part of it) cannot be copied, or is a ``RunContext``. The
+        State's methods name the key in it.
     """
     kind = type(value)
     if kind in _AS_IS:
@@ -499,7 +523,10 @@ def to_jsonable(value: Any) -> Any:
 
     :param value: Any value.
     :returns: The JSON-compatible rendering.
+    :raises TypeError: For a ``RunContext``, whose dependencies are never rendered (``str()`` shows their type only).
     """
+    if isinstance(value, RunContext):
+        raise TypeError("A RunContext is never rendered as data: its dependencies stay out of what a model sees.")
     if hasattr(value, "to_dict") and callable(value.to_dict):
         return to_jsonable(value.to_dict())
     if hasattr(value, "model_dump") and callable(value.model_dump):

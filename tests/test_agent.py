@@ -163,7 +163,7 @@ def test_state_keys_are_optional_inputs_and_outputs() -> None:
         assert inputs[key]["type"] == SCHEMA[key]["type"]
     assert inputs["messages"]["is_mandatory"] is True
     run_facts = {"step_count", "exit_reason", "token_usage", "tool_call_counts", "context_tokens"}
-    run_facts |= {"pending_tool_calls", "checkpoint_id"}
+    run_facts |= {"pending_tool_calls", "pending_interrupts", "checkpoint_id"}
     assert set(outputs) == {"messages", "last_message", *run_facts, *SCHEMA}
     assert outputs["total"]["type"] is int
 

@@ -443,5 +443,5 @@ def test_messages_hold_the_whole_conversation_without_being_declared(tool: Decor
     ]
     assert result["last_message"] is result["messages"][-1]
     run_facts = {"step_count", "exit_reason", "token_usage", "tool_call_counts", "context_tokens"}
-    run_facts |= {"pending_tool_calls", "checkpoint_id"}
+    run_facts |= {"pending_tool_calls", "pending_interrupts", "checkpoint_id"}
     assert set(result) == {"messages", "last_message", "user_info", *run_facts}

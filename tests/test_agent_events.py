@@ -151,7 +151,7 @@ def test_an_interrupted_run_streams_its_pending_requests() -> None:
     interrupted = [event for event in events if isinstance(event, Interrupted)]
     assert len(interrupted) == 1
     [request] = interrupted[0].requests
-    assert request["tool_name"] == "write" and request["value"] == {"text": "a"}
+    assert request["tool_name"] == "write" and request["arguments"] == {"text": "a"} and request["kind"] == "before"
     assert events[-1].outputs["exit_reason"] == "interrupted"  # type: ignore[attr-defined]
 
 

@@ -99,7 +99,8 @@ def test_component_declares_its_sockets() -> None:
     invoker = ToolInvoker(tools=[echo])
     inputs = invoker.__haystack_input__._sockets_dict  # type: ignore[attr-defined]
     outputs = invoker.__haystack_output__._sockets_dict  # type: ignore[attr-defined]
-    assert set(inputs) == {"messages", "state", "tools", "streaming_callback"}
+    assert set(inputs) == {"messages", "state", "tools", "streaming_callback", "context", "answers"}
+    assert not inputs["context"].is_mandatory and not inputs["answers"].is_mandatory
     assert inputs["messages"].is_mandatory
     assert not inputs["state"].is_mandatory
     assert set(outputs) == {"tool_messages", "state"}
@@ -108,7 +109,7 @@ def test_component_declares_its_sockets() -> None:
 def test_run_and_run_async_take_the_same_parameters() -> None:
     sync = inspect.signature(ToolInvoker.run)
     asynchronous = inspect.signature(ToolInvoker.run_async)
-    assert list(sync.parameters) == ["self", "messages", "state", "tools", "streaming_callback"]
+    assert list(sync.parameters) == ["self", "messages", "state", "tools", "streaming_callback", "context", "answers"]
     assert [(p.name, p.default, p.kind) for p in sync.parameters.values()] == [
         (p.name, p.default, p.kind) for p in asynchronous.parameters.values()
     ]

@@ -227,14 +227,19 @@ def test_an_agent_with_interrupts_refuses_to_run_without_a_thread() -> None:
 @pytest.mark.parametrize(
     ("decisions", "message"),
     [
-        ({}, r"no decision for pending call\(s\) \['c1-0', 'c1-1'\]"),
-        ({"c1-0": "approve"}, r"no decision for pending call\(s\) \['c1-1'\]"),
+        ({}, r"no decision or answer for pending request\(s\) \['c1-0', 'c1-1'\]"),
+        ({"c1-0": "approve"}, r"no decision or answer for pending request\(s\) \['c1-1'\]"),
         ({"c1-0": "approve", "c1-1": "approve", "c9": "approve"}, r"unknown call id\(s\) \['c9'\]"),
         ({"c1-0": "approve", "c1-1": "yes"}, "must be 'approve', 'reject' or"),
         ({"c1-0": "approve", "c1-1": {"arguments": "text"}}, "must be 'approve', 'reject' or"),
         ({"c1-0": "approve", "c1-1": {"args": {}}}, "must be 'approve', 'reject' or"),
         ({"c1-0": "approve", "c1-1": {"arguments": {}, "extra": 1}}, "must be 'approve', 'reject' or"),
         (["c1-0", "c1-1"], "decisions must be a dict"),
+        (
+            {"c1-0": "approve", "c1-1": {"arguments": {"text": 5}}},
+            r"edited arguments of call 'c1-1' do not fit tool 'write'.*'text'",
+        ),
+        ({"c1-0": "approve", "c1-1": {"arguments": {"txt": "x"}}}, r"call 'c1-1' do not fit tool 'write'.*'txt'"),
     ],
 )
 def test_bad_decisions_are_refused_and_write_nothing(decisions: Any, message: str) -> None:

@@ -158,6 +158,8 @@ class Agent(ThreadMethods, StreamMethods):
         ``haystack_state.agent.context``); the stored conversation never loses a message.
     :param token_counter: The haystack ``TokenCounter`` the context policy measures with (a cheap estimate, or
         ``tiktoken`` when installed, by default).
+    :param interrupt_after: Tool names after whose results a run on a thread stops for a human's review
+        (``exit_reason="interrupted"``), until ``resume`` gets an answer for each. Needs a checkpointer.
     :param store: A long-term memory store (``haystack_state.store``), shared by every thread: tools, hooks, loaders
         and the context policy reach it as ``context.store`` (see ``RunContext``).
     :param tool_timeout: The most seconds a tool call may take, for tools without a ``timeout`` of their own; None
@@ -200,6 +202,7 @@ class Agent(ThreadMethods, StreamMethods):
         context_policy: ContextPolicy | None = None,
         token_counter: TokenCounter | None = None,
         store: Store | None = None,
+        interrupt_after: list[str] | None = None,
         tool_timeout: float | None = None,
         max_tool_calls: int | None = 64,
     ) -> None:
@@ -226,6 +229,7 @@ class Agent(ThreadMethods, StreamMethods):
         self.hooks = normalize_hooks(hooks)
         self.checkpointer = checkpointer
         self.interrupt_before = list(interrupt_before or [])
+        self.interrupt_after = list(interrupt_after or [])
 
         if max_agent_steps < 1 or tool_concurrency_limit < 1:
             raise ValueError("max_agent_steps and tool_concurrency_limit must be at least 1.")
@@ -276,6 +280,8 @@ class Agent(ThreadMethods, StreamMethods):
             self._check_tool_names(known.specs)
         if self.interrupt_before and checkpointer is None:
             raise ValueError("interrupt_before needs a checkpointer: an interrupted run is resumed from its thread.")
+        if self.interrupt_after and checkpointer is None:
+            raise ValueError("interrupt_after needs a checkpointer: an interrupted run is resumed from its thread.")
 
         self._check_input_mappings(known.specs)
         for key, spec in self._specs_fields.items():
@@ -295,6 +301,7 @@ class Agent(ThreadMethods, StreamMethods):
             tool_call_counts=dict[str, int],
             context_tokens=int,
             pending_tool_calls=list[ToolCall],
+            pending_interrupts=list[dict[str, Any]],
             checkpoint_id=str | None,
         )
         component.set_output_types(self, **outputs)
@@ -309,6 +316,7 @@ class Agent(ThreadMethods, StreamMethods):
             token_counter=(lambda: token_counter) if token_counter is not None else None,
             summary_key=summary_key,
             interrupt_before=frozenset(self.interrupt_before),
+            interrupt_after=frozenset(self.interrupt_after),
             store=store,
         )
         self._is_warmed_up = False
@@ -336,6 +344,7 @@ class Agent(ThreadMethods, StreamMethods):
                 tools=", ".join(specs) or "none",
             )
         check_names("interrupt_before", self.interrupt_before, specs)
+        check_names("interrupt_after", self.interrupt_after, specs)
         self._names_checked = True
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
@@ -440,7 +449,8 @@ class Agent(ThreadMethods, StreamMethods):
             streaming_callback=callback,
             generation_kwargs=options.generation_kwargs,
             hook_context=options.hook_context,
-            decisions=options.decisions,
+            decisions=_resuming(options.decisions, options.answers),
+            answers=options.answers,
             context=options.context,
             traced_inputs={"messages": messages, "streaming_callback": callback, **kwargs},
             model_callback=model_callback(callback, sink, is_async=is_async),
@@ -461,13 +471,13 @@ class Agent(ThreadMethods, StreamMethods):
 
     def _open(self, options: RunOptions) -> ThreadSession | None:
         """Open the run's thread (under its lease), or None without one; the caller closes it."""
-        if options.decisions is not None:
+        if options.decisions is not None or options.answers is not None:
             return self._existing(str(options.thread_id), lease=True)
         return self._session(options.thread_id, options.checkpoint_id)
 
     async def _open_async(self, options: RunOptions) -> ThreadSession | None:
         """:meth:`_open`, awaiting the checkpointer."""
-        if options.decisions is not None:
+        if options.decisions is not None or options.answers is not None:
             return await self._existing_async(str(options.thread_id), lease=True)
         return await self._session_async(options.thread_id, options.checkpoint_id)
 
@@ -595,40 +605,51 @@ class Agent(ThreadMethods, StreamMethods):
     def resume(
         self,
         thread_id: str,
-        decisions: dict[str, Any],
+        decisions: dict[str, Any] | None = None,
         streaming_callback: StreamingCallbackT | None = None,
         *,
+        answers: dict[str, Any] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
         hook_context: dict[str, Any] | None = None,
         context: Any = None,
     ) -> dict[str, Any]:
         """
-        Continue a run that stopped at an ``interrupt_before`` tool, possibly in another process, days later.
+        Continue a run that stopped for a human (``interrupt_before``, ``interrupt_after``, or ``interrupt(value)`` in
+        a tool or a ``before_tool`` hook), possibly in another process, days later. The requests it waits for are
+        the run's ``pending_interrupts`` output (and ``get_state(thread_id).interrupts``); each needs a decision or
+        an answer.
 
         :param thread_id: The interrupted thread.
-        :param decisions: For each pending call id: ``"approve"`` (run it), ``"reject"`` (the model is told a human
-            rejected it) or ``{"arguments": {...}}`` (run it with these arguments instead).
+        :param decisions: For each call held by ``interrupt_before``, by call id: ``"approve"`` (run it), ``"reject"``
+            (the model is told a human rejected it) or ``{"arguments": {...}}`` (run it with these arguments instead;
+            they are checked against the tool's parameters). A result under review (``interrupt_after``) takes any
+            decision (``"approve"``) to go on.
+        :param answers: For each ``interrupt()`` request, by its id: the answer. The tool call runs again from its
+            start, and its ``interrupt()`` calls return the answers given so far, in order. A review
+            (``interrupt_after``) may be answered here too.
         :param streaming_callback: Overrides the callback given at construction.
         :param generation_kwargs: Settings for the chat generator for the rest of the run.
         :param hook_context: Per-run resources for hooks.
         :param context: The run's dependencies (see :meth:`run`).
         :returns: The same outputs as :meth:`run`.
         :raises ThreadNotFoundError: If the thread has no checkpoint.
-        :raises ValueError: If the thread is not interrupted, or a pending call has no (valid) decision; nothing
-            is written then, and the thread stays interrupted.
+        :raises ValueError: If the thread is not interrupted, a request has no (valid) decision or answer, an edit
+            does not fit the tool's parameters, or an id is unknown; nothing is written then, and the thread stays
+            interrupted.
         """
         self.warm_up()
         options = RunOptions(
-            streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions, context
+            streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions, context, answers
         )
         return self._execute([], {}, options)
 
     async def resume_async(
         self,
         thread_id: str,
-        decisions: dict[str, Any],
+        decisions: dict[str, Any] | None = None,
         streaming_callback: StreamingCallbackT | None = None,
         *,
+        answers: dict[str, Any] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
         hook_context: dict[str, Any] | None = None,
         context: Any = None,
@@ -636,7 +657,7 @@ class Agent(ThreadMethods, StreamMethods):
         """Continue an interrupted run asynchronously. Same parameters and outputs as :meth:`resume`."""
         await self.warm_up_async()
         options = RunOptions(
-            streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions, context
+            streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions, context, answers
         )
         return await self._execute_async([], {}, options)
 
@@ -661,6 +682,7 @@ class Agent(ThreadMethods, StreamMethods):
             hooks=serialize_hooks(self.hooks),
             checkpointer=self.checkpointer.to_dict() if self.checkpointer is not None else None,
             interrupt_before=self.interrupt_before or None,
+            interrupt_after=self.interrupt_after or None,
             context_policy=policy_to_dict(self.context_policy) if self.context_policy is not None else None,
             token_counter=component_to_dict(self.token_counter, "token_counter") if self.token_counter else None,
             store=self.store.to_dict() if self.store is not None else None,
@@ -690,3 +712,10 @@ class Agent(ThreadMethods, StreamMethods):
         if params.get("store"):
             params["store"] = store_from_dict(params["store"])
         return default_from_dict(cls, data)
+
+
+def _resuming(decisions: dict[str, Any] | None, answers: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``resume``'s decisions (``{}`` when only answers are given: the run resumes either way)."""
+    if decisions is None and answers is not None:
+        return {}
+    return decisions

@@ -14,8 +14,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from haystack_state.agent.hooks import call_hook, call_hook_async
-from haystack_state.agent.loop import CallModel, Commit, Effect, HoldThread, LoadField, RunControl, RunTools
-from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
+from haystack_state.agent.loop import (
+    CallModel,
+    Commit,
+    Effect,
+    HoldThread,
+    HookInterrupt,
+    LoadField,
+    RunControl,
+    RunTools,
+)
+from haystack_state.interrupts import ToolInterrupt, interrupt_scope
+from haystack_state.invocation.run import run_tool_batch, run_tool_batch_async
 
 __all__ = [
     "Effects",
@@ -114,7 +124,7 @@ def execute(effect: Effect, effects: Effects) -> Any:
     if isinstance(effect, CallModel):
         return (effect.generator or effects.chat_generator).run(**effect.inputs)
     if isinstance(effect, RunTools):
-        return run_tool_calls(
+        return run_tool_batch(
             effect.messages,
             effect.state,
             effect.specs,
@@ -124,6 +134,10 @@ def execute(effect: Effect, effects: Effects) -> Any:
             streaming_callback=effect.streaming_callback,  # type: ignore[arg-type]  # sync-selected
             tool_timeout=effects.tool_timeout,
             max_tool_calls=effects.max_tool_calls,
+            context=effect.context,
+            answers=effect.answers,
+            hold=effect.hold,
+            on_call=effect.on_call,
         )
     if isinstance(effect, Commit):
         return effect.session.commit(
@@ -134,6 +148,12 @@ def execute(effect: Effect, effects: Effects) -> Any:
     if isinstance(effect, LoadField):
         value = effect.loader(effect.context, effect.state)
         return _run_coroutine(value) if inspect.isawaitable(value) else value
+    if effect.answers is not None:  # before_tool hooks, where interrupt() works
+        try:
+            with interrupt_scope(None, "before_tool", effect.answers, source="hook"):
+                return [call_hook(hook, effect.point, effect.state) for hook in effect.hooks]
+        except ToolInterrupt as stop:
+            return HookInterrupt(stop.value, stop.index)
     return [call_hook(hook, effect.point, effect.state) for hook in effect.hooks]
 
 
@@ -153,7 +173,7 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
             return await run_async(**effect.inputs)
         return await asyncio.to_thread(generator.run, **effect.inputs)
     if isinstance(effect, RunTools):
-        return await run_tool_calls_async(
+        return await run_tool_batch_async(
             effect.messages,
             effect.state,
             effect.specs,
@@ -163,6 +183,10 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
             streaming_callback=effect.streaming_callback,
             tool_timeout=effects.tool_timeout,
             max_tool_calls=effects.max_tool_calls,
+            context=effect.context,
+            answers=effect.answers,
+            hold=effect.hold,
+            on_call=effect.on_call,
         )
     if isinstance(effect, Commit):
         return await effect.session.commit_async(
@@ -173,6 +197,12 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
     if isinstance(effect, LoadField):
         value = effect.loader(effect.context, effect.state)
         return (await value) if inspect.isawaitable(value) else value
+    if effect.answers is not None:  # before_tool hooks, where interrupt() works
+        try:
+            with interrupt_scope(None, "before_tool", effect.answers, source="hook"):
+                return [await call_hook_async(hook, effect.point, effect.state) for hook in effect.hooks]
+        except ToolInterrupt as stop:
+            return HookInterrupt(stop.value, stop.index)
     return [await call_hook_async(hook, effect.point, effect.state) for hook in effect.hooks]
 
 

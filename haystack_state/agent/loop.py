@@ -49,16 +49,28 @@ from haystack_state.agent.events import (
     ModelReply,
     RunStarted,
     StateChanged,
+    ToolCallFinished,
+    ToolCallStarted,
 )
 from haystack_state.agent.hooks import is_hook_object
 from haystack_state.agent.run_state import RunState
-from haystack_state.agent.session import ThreadSession, in_call_order, plan_continuation, reset_run_scope
+from haystack_state.agent.session import (
+    HOOK_ANSWERS,
+    Continuation,
+    ThreadSession,
+    before_request,
+    in_call_order,
+    plan_continuation,
+    reset_run_scope,
+)
 from haystack_state.agent.spans import current_span, span
 from haystack_state.agent.toolbox import Toolbox
 from haystack_state.errors import AgentRunError, ThreadConflictError, ToolInvocationError
 from haystack_state.invocation.arguments import safe_tool_calls
+from haystack_state.invocation.calls import check_arguments
+from haystack_state.invocation.outcome import BatchOutcome, PendingCall
 from haystack_state.persistence.delta import Source
-from haystack_state.runtime import RunContext
+from haystack_state.runtime import RunContext, check_tool_deps
 from haystack_state.schema import FieldSpec, schema_to_dict
 from haystack_state.state import State
 from haystack_state.tools.spec import ToolSpec
@@ -74,6 +86,7 @@ __all__ = [
     "Commit",
     "Effect",
     "HoldThread",
+    "HookInterrupt",
     "LoadField",
     "LoopConfig",
     "RunHooks",
@@ -96,6 +109,7 @@ RESERVED_OUTPUTS = frozenset(
         "tool_call_counts",
         "context_tokens",
         "pending_tool_calls",
+        "pending_interrupts",
         "checkpoint_id",
     }
 )
@@ -180,13 +194,17 @@ class CallModel:
 
 @dataclasses.dataclass(frozen=True)
 class RunTools:
-    """Effect: run the tool calls of these messages against the state; send back the tool messages."""
+    """Effect: run the tool calls of these messages against the state (``hold`` ones not at all, ``answers`` for their
+    ``interrupt()`` calls); send back the ``BatchOutcome``."""
 
     messages: list[ChatMessage]
     state: State
     specs: dict[str, ToolSpec]
     streaming_callback: StreamingCallbackT | None
     context: RunContext[Any] | None = None
+    answers: Mapping[str, Sequence[Any]] | None = None
+    hold: frozenset[str] = frozenset()
+    on_call: Callable[[str, dict[str, Any]], None] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +214,17 @@ class RunHooks:
     point: str
     hooks: list[Any]
     state: State
+    #: For ``before_tool`` hooks: the answers to their ``interrupt()`` calls, which work in them; a hook that asks
+    #: without an answer makes the effect send back a :class:`HookInterrupt` instead of the hooks' return values.
+    answers: Sequence[Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class HookInterrupt:
+    """A ``before_tool`` hook called ``interrupt(value)`` without an answer: the step waits for a human."""
+
+    value: Any
+    index: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +275,7 @@ class LoopConfig:
     :param hooks: The hooks by point.
     :param generator_streams: Whether the chat generator takes a ``streaming_callback``.
     :param interrupt_before: Tools before which a run on a thread stops.
+    :param interrupt_after: Tools after whose results a run on a thread stops, for review.
     :param context_policy: Decides what the model is sent (see :mod:`haystack_state.agent.context`); everything if
         None.
     :param token_counter: Gives the token counter the policy measures with.
@@ -260,6 +290,7 @@ class LoopConfig:
     hooks: dict[str, list[Any]]
     generator_streams: bool
     interrupt_before: frozenset[str] = frozenset()
+    interrupt_after: frozenset[str] = frozenset()
     context_policy: ContextPolicy | None = None
     token_counter: Callable[[], TokenCounter] | None = None
     summary_key: str | None = None
@@ -280,6 +311,7 @@ class RunRequest:
     :param generation_kwargs: Per-run generation settings for the chat generator.
     :param hook_context: The caller's per-run resources for hooks (never stored).
     :param decisions: ``Agent.resume``'s decisions on interrupted tool calls, by call id.
+    :param answers: ``Agent.resume``'s answers to ``interrupt()`` requests, by request id.
     :param traced_inputs: What the run span records as its input.
     :param model_callback: The callback given to the chat generator (the streaming callback, wrapped to emit
         ``ModelChunk`` events when someone listens); ``streaming_callback`` if None.
@@ -298,6 +330,7 @@ class RunRequest:
     generation_kwargs: dict[str, Any] | None = None
     hook_context: dict[str, Any] | None = None
     decisions: Mapping[str, Any] | None = None
+    answers: Mapping[str, Any] | None = None
     traced_inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
     model_callback: StreamingCallbackT | None = None
     sink: EventSink | None = None
@@ -409,11 +442,12 @@ class AgentRun:
         self.hooks = config.hooks
         self.hook_points = frozenset(point for point, hooks in config.hooks.items() if hooks)
         self.traced = is_tracing_enabled()
-        self.planned: tuple[list[ChatMessage], dict[str, ChatMessage]] | None = None
+        self.planned: Continuation | None = None
         self.continuing = False
         self.pending: list[ToolCall] = []
         if session is not None:
-            self.planned = plan_continuation(session, request.messages, request.decisions)  # raises before commits
+            # raises before anything is committed
+            self.planned = plan_continuation(session, request.messages, request.decisions, request.answers)
             self.continuing = session.continues and not request.messages
             self.pending = session.pending
         self.state = self._prepare_state()
@@ -424,11 +458,16 @@ class AgentRun:
         self.base_step = session.step - self.step if session is not None else 0
         self.current = max(self.step, 1)  # the step under way, for error messages
         self.exit_reason: str | None = None
-        self.waiting: list[ToolCall] = []
+        self.waiting: list[ToolCall] = []  # the calls without results that an interrupt left
+        self.requests: list[dict[str, Any]] = []  # what the interrupted run waits for (see ThreadSnapshot.interrupts)
+        self.answers: dict[str, list[Any]] = dict(self.planned.answers) if self.planned is not None else {}
         self.mirror: list[ChatMessage] | None = None  # see _conversation
         self.counter: TokenCounter | None = None
         self.mirror_mark: tuple[Any, int] | None = None
         self.tools = config.toolbox.resolve(request.tools)
+        check_tool_deps(self.tools.specs, request.context)  # a mismatch fails the run before anything is written
+        if self.planned is not None and request.decisions:
+            self._check_edits(request.decisions)
         # Toolsets are read again at every step: one may discover tools during the run.
         self.dynamic_tools = any(isinstance(item, Toolset) for item in request.tools)
         values = self.state.run_values
@@ -455,6 +494,25 @@ class AgentRun:
         )
 
     # --- setting up ------------------------------------------------------------------------------------------------
+
+    def _check_edits(self, decisions: Mapping[str, Any]) -> None:
+        """Edited arguments (``resume``'s ``{"arguments": {...}}``) must fit the tool's parameters; else ValueError."""
+        assert self.planned is not None
+        calls = {call.id: call for message in self.planned.calling for call in message.tool_calls}
+        for call_id, decision in decisions.items():
+            call = calls.get(call_id)
+            if call is None or not isinstance(decision, Mapping):
+                continue
+            spec = self.tools.specs.get(call.tool_name)
+            if spec is None:
+                continue
+            try:
+                check_arguments(spec, dict(call.arguments))
+            except ToolInvocationError as error:
+                raise ValueError(
+                    f"resume: the edited arguments of call '{call_id}' do not fit tool '{call.tool_name}': {error} "
+                    "Nothing was written; the thread is still interrupted."
+                ) from error
 
     def _prepare_state(self) -> RunState:
         """
@@ -587,8 +645,10 @@ class AgentRun:
             metadata["tool_call_counts"] = {k: v for k, v in values["tool_call_counts"].items() if v}
         if continues:
             metadata["continues"] = True
-        if self.waiting:
-            metadata.update(interrupted=True, pending=[call.id for call in self.waiting])
+        if self.requests:
+            metadata.update(interrupted=True, pending=[call.id for call in self.waiting], interrupts=self.requests)
+            if self.answers:
+                metadata["answers"] = self.answers
         if self.loaded:
             metadata["loaded"] = self.loaded
             self.loaded = []
@@ -729,17 +789,33 @@ class AgentRun:
         return summary
 
     def _run_tools(
-        self, calling: list[ChatMessage], rejected: Mapping[str, ChatMessage], order: list[str | None]
-    ) -> Generator[Effect, Any, list[ChatMessage]]:
-        """Run the tool calls of ``calling``; put their results (and the rejected calls') in order in the state."""
-        executed: list[ChatMessage] = []
+        self,
+        calling: list[ChatMessage],
+        rejected: Mapping[str, ChatMessage],
+        order: list[str | None],
+        hold: frozenset[str] = frozenset(),
+    ) -> Generator[Effect, Any, tuple[list[ChatMessage], list[PendingCall]]]:
+        """
+        Run the tool calls of ``calling`` (the ``hold`` ones not at all); put their results (and the rejected calls')
+        in order in the state. Returns the results and the calls left waiting for a human.
+        """
+        outcome: BatchOutcome | None = None
         if calling:
+            sink = self.request.sink
             try:
-                executed = yield RunTools(
-                    calling, self.state, self.tools.specs, self.request.streaming_callback, self.run_context
+                outcome = yield RunTools(
+                    calling,
+                    self.state,
+                    self.tools.specs,
+                    self.request.streaming_callback,
+                    self.run_context,
+                    self.answers or None,
+                    hold,
+                    self._on_call if sink is not None else None,
                 )
             except Exception as exc:
                 raise self._fail("a tool call", exc) from None
+        executed = outcome.messages if outcome is not None else []
         tool_messages = in_call_order(order, executed, rejected)
         self.state.set("messages", tool_messages)
         counts = self.state.run_values["tool_call_counts"]
@@ -747,9 +823,57 @@ class AgentRun:
             if message.tool_call_result is not None:
                 name = message.tool_call_result.origin.tool_name
                 counts[name] = counts.get(name, 0) + 1
-        if "after_tool" in self.hook_points:
+        if "after_tool" in self.hook_points and tool_messages:
             yield from self._hooks("after_tool")
-        return tool_messages
+        return tool_messages, (outcome.interrupts if outcome is not None else [])
+
+    def _on_call(self, kind: str, data: dict[str, Any]) -> None:
+        """The tool runner's per-call events, as ``ToolCallStarted``/``ToolCallFinished`` events."""
+        sink = self.request.sink
+        if sink is None:
+            return
+        step = self.step
+        if kind == "started":
+            sink.emit(
+                ToolCallStarted,
+                step=step,
+                tool_name=data["tool_name"],
+                call_id=data["call_id"],
+                arguments=dict(data.get("arguments") or {}),
+            )
+        elif kind == "finished":
+            message = data.get("message")
+            result = message.tool_call_result if message is not None else None
+            sink.emit(
+                ToolCallFinished,
+                step=step,
+                tool_name=data["tool_name"],
+                call_id=data["call_id"],
+                result=result.result if result is not None else str(data.get("result")),
+                error=bool(data.get("error")),
+                duration=float(data.get("duration_s") or 0.0),
+            )
+
+    def _wait_for(self, pending: list[PendingCall], calls: list[ToolCall]) -> None:
+        """The step stops for a human: record what it waits for (committed with the step's checkpoint)."""
+        self.waiting = [call for call in calls if call.id in {p.call_id for p in pending}]
+        requests = []
+        for waiting in pending:
+            if waiting.reason == "held":
+                requests.append(before_request(waiting.tool_call))
+            elif waiting.reason == "interrupt":
+                requests.append(
+                    {
+                        "id": f"int-{uuid.uuid4().hex[:12]}",
+                        "kind": "interrupt",
+                        "tool_name": waiting.tool_name,
+                        "call_id": waiting.call_id,
+                        "arguments": dict(waiting.arguments),
+                        "value": waiting.value,
+                        "index": waiting.index,
+                    }
+                )
+        self.requests = requests
 
     def _exit_tool(self, calling: list[ChatMessage], tool_messages: list[ChatMessage]) -> str | None:
         """The exit-condition tool that a step called successfully, if any (an errored one cancels the exit)."""
@@ -788,19 +912,86 @@ class AgentRun:
         return keep_going
 
     def _tool_step(
-        self, calling: list[ChatMessage], rejected: Mapping[str, ChatMessage], order: list[str | None]
+        self,
+        calling: list[ChatMessage],
+        rejected: Mapping[str, ChatMessage],
+        order: list[str | None],
+        hold: frozenset[str] = frozenset(),
     ) -> Generator[Effect, Any, str | None]:
-        """Run a step's tool calls and commit their results; the exit-condition tool that fired, if any."""
-        tool_messages = yield from self._run_tools(calling, rejected, order)
+        """
+        Run a step's tool calls and commit their results; the exit-condition tool that fired, if any, or
+        ``EXIT_INTERRUPTED`` if the step stopped for a human (a held call, an ``interrupt()``, ``interrupt_after``).
+        """
+        tool_messages, pending = yield from self._run_tools(calling, rejected, order, hold)
         names = [m.tool_call_result.origin.tool_name for m in tool_messages if m.tool_call_result is not None]
-        exit_tool = self._exit_tool(calling, tool_messages)
         self.state.run_values["step_count"] = self.step
+        if pending:
+            self._wait_for(pending, [call for message in calling for call in message.tool_calls])
+            yield from self._commit("tools", names, continues=True)
+            return EXIT_INTERRUPTED
+        reviews = self._reviews(tool_messages)
+        if reviews:
+            self.requests = reviews
+            yield from self._commit("tools", names, continues=True)
+            return EXIT_INTERRUPTED
+        exit_tool = self._exit_tool(calling, tool_messages)
         continues = exit_tool is None and self.step < self.config.max_agent_steps
         yield from self._commit("tools", names, continues=continues)
         return exit_tool
 
+    def _reviews(self, tool_messages: list[ChatMessage]) -> list[dict[str, Any]]:
+        """The ``interrupt_after`` requests of a step's results: a human reviews them before the run goes on."""
+        if self.session is None or not self.config.interrupt_after:
+            return []
+        return [
+            {
+                "id": f"review-{message.tool_call_result.origin.id}",
+                "kind": "after",
+                "tool_name": message.tool_call_result.origin.tool_name,
+                "call_id": message.tool_call_result.origin.id,
+                "arguments": dict(message.tool_call_result.origin.arguments),
+                "value": message.tool_call_result.result,
+            }
+            for message in tool_messages
+            if message.tool_call_result is not None
+            and message.tool_call_result.origin.tool_name in self.config.interrupt_after
+        ]
+
+    def _before_tool(self, answers: Sequence[Any] = ()) -> Generator[Effect, Any, bool]:
+        """
+        Run the ``before_tool`` hooks, where ``interrupt()`` works; whether one asked a human (the step then waits,
+        its calls pending, and the thread is committed interrupted).
+        """
+        if "before_tool" not in self.hook_points:
+            return False
+        try:
+            returned = yield RunHooks("before_tool", self.hooks["before_tool"], self.state, list(answers))
+        except Exception as exc:
+            raise self._fail("the 'before_tool' hook", exc) from None
+        if not isinstance(returned, HookInterrupt):
+            return False
+        last = self.state.last("messages")
+        self.waiting = list(last.tool_calls) if last is not None and last.is_from("assistant") else []
+        self.answers[HOOK_ANSWERS] = list(answers)[: returned.index]
+        self.requests = [
+            {
+                "id": f"int-{uuid.uuid4().hex[:12]}",
+                "kind": "hook",
+                "tool_name": ", ".join(call.tool_name for call in self.waiting),
+                "call_id": None,
+                "arguments": {},
+                "value": returned.value,
+                "index": returned.index,
+            }
+        ]
+        yield from self._commit("update", force=True, continues=True)
+        return True
+
     def _calling_after_hooks(self, replies: list[ChatMessage]) -> list[ChatMessage]:
-        """The message whose tool calls run: after ``before_tool`` hooks, the conversation's last message."""
+        """
+        The message whose tool calls run: after ``before_tool`` hooks (which may rewrite it, or answer its calls),
+        the conversation's last message.
+        """
         if "before_tool" not in self.hook_points:
             return [reply for reply in replies if reply.tool_calls]
         last = self.state.last("messages")
@@ -826,8 +1017,14 @@ class AgentRun:
             replies = yield from self._call_model(step_span)
             self.step += 1
             calls = [call for reply in replies for call in reply.tool_calls]
-            if self.session is not None and any(call.tool_name in config.interrupt_before for call in calls):
+            hold = frozenset(
+                call.id
+                for call in calls
+                if self.session is not None and call.tool_name in config.interrupt_before and call.id is not None
+            )
+            if hold and len(hold) == len(calls):  # every call waits: stop before the tools (and their hooks)
                 self.waiting = calls
+                self.requests = [before_request(call) for call in calls]
                 self.state.run_values["step_count"] = self.step
                 yield from self._commit("model", continues=True)
                 return EXIT_INTERRUPTED
@@ -838,13 +1035,35 @@ class AgentRun:
                 if reason is None:  # an empty reply: ask again
                     return None
                 return None if (yield from self._exit(reason)) else reason
-            if "before_tool" in self.hook_points:
-                yield from self._hooks("before_tool")
+            if (yield from self._before_tool()):
+                return EXIT_INTERRUPTED
             calling = self._calling_after_hooks(replies)
-            exit_tool = yield from self._tool_step(calling, {}, [])
+            hold = hold & {call.id for message in calling for call in message.tool_calls}
+            exit_tool = yield from self._tool_step(calling, {}, [], hold)
+            if exit_tool == EXIT_INTERRUPTED:
+                return exit_tool
             if exit_tool is not None and not (yield from self._exit(exit_tool)):
                 return exit_tool
             return None
+
+    def _continue(self, plan: Continuation) -> Generator[Effect, Any, str | None]:
+        """Finish the thread's unfinished step (see :func:`plan_continuation`); the exit reason, or None to go on."""
+        calling = plan.calling
+        resuming = self.request.decisions is not None or self.request.answers is not None
+        if plan.hooks or (not resuming and calling):
+            before = self.state.last("messages")
+            if (yield from self._before_tool(plan.answers.get(HOOK_ANSWERS, ()))):
+                return EXIT_INTERRUPTED
+            # Some of the step's calls may have results already (an interrupt held the others): then the calls to
+            # run are the planned ones, unless a hook added messages.
+            if before is None or before.is_from("assistant") or self.state.last("messages") is not before:
+                calling = self._calling_after_hooks(calling)
+        if not calling and not plan.rejected:  # a review (interrupt_after) was answered: the run goes on
+            return None
+        reason = yield from self._tool_step(calling, plan.rejected, plan.order)
+        if reason not in (None, EXIT_INTERRUPTED) and (yield from self._exit(str(reason))):
+            return None
+        return reason
 
     def _exit(self, reason: str) -> Generator[Effect, Any, bool]:
         """The run is about to stop for ``reason``: whether ``on_exit`` hooks keep it going."""
@@ -874,14 +1093,7 @@ class AgentRun:
                     self.step = int(self.state.run_values["step_count"])
                 reason: str | None = None
                 if self.planned is not None:
-                    calling, rejected = self.planned
-                    if self.request.decisions is None and calling:
-                        if "before_tool" in self.hook_points:
-                            yield from self._hooks("before_tool")
-                        calling = self._calling_after_hooks(calling)
-                    reason = yield from self._tool_step(calling, rejected, [call.id for call in self.pending])
-                    if reason is not None and (yield from self._exit(reason)):
-                        reason = None
+                    reason = yield from self._continue(self.planned)
                 while reason is None and self.step < self.config.max_agent_steps:
                     self.current = self.step + 1
                     reason = yield from self._step(run_span)
@@ -898,7 +1110,7 @@ class AgentRun:
                 self.state.run_values["step_count"] = self.step
                 if "after_run" in self.hook_points:
                     yield from self._hooks("after_run")
-                yield from self._commit("update", continues=bool(self.waiting))
+                yield from self._commit("update", continues=bool(self.requests))
                 outputs = self._outputs()
             except _Stopped as stopped:
                 if stopped.record:
@@ -943,11 +1155,8 @@ class AgentRun:
             )
 
     def pending_requests(self) -> list[dict[str, Any]]:
-        """The requests a human must answer before the run goes on (JSON-ready)."""
-        return [
-            {"id": call.id, "kind": "before", "tool_name": call.tool_name, "call_id": call.id, "value": call.arguments}
-            for call in self.waiting
-        ]
+        """The requests a human must answer before the run goes on (JSON-ready; see ``ThreadSnapshot.interrupts``)."""
+        return [dict(request) for request in self.requests]
 
     def _outputs(self) -> dict[str, Any]:
         state, values = self.state, self.state.run_values
@@ -967,6 +1176,7 @@ class AgentRun:
             tool_call_counts=dict(values["tool_call_counts"]),
             context_tokens=values["context_tokens"],
             pending_tool_calls=self.waiting,
+            pending_interrupts=self.pending_requests(),
             checkpoint_id=self.session.head_id if self.session is not None else None,
         )
         return outputs

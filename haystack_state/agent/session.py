@@ -31,12 +31,15 @@ from haystack_state.schema import FieldSpec
 from haystack_state.state import State
 
 __all__ = [
+    "HOOK_ANSWERS",
     "REJECTED",
     "RUN_METADATA",
     "Call",
+    "Continuation",
     "ThreadSession",
     "ThreadSnapshot",
     "apply_decisions",
+    "before_request",
     "in_call_order",
     "pending_tool_calls",
     "plan_continuation",
@@ -52,7 +55,19 @@ REJECTED = "A human reviewer rejected this tool call; it was not run."
 #: ``usage`` (the token usage it summed so far), ``continues`` (the run meant to go on), ``interrupted`` and
 #: ``pending`` (the ids of the calls waiting for ``Agent.resume``). A human ``update`` of an open thread carries them
 #: over, so the run can still be continued.
-RUN_METADATA = ("run_step", "run_start", "usage", "tool_call_counts", "continues", "interrupted", "pending")
+RUN_METADATA = (
+    "run_step",
+    "run_start",
+    "usage",
+    "tool_call_counts",
+    "continues",
+    "interrupted",
+    "pending",
+    "interrupts",
+    "answers",
+)
+#: The key, in the ``answers`` metadata, of the answers given to ``interrupt()`` calls of ``before_tool`` hooks.
+HOOK_ANSWERS = "before_tool"
 
 
 def _trailing_calls(messages: Sequence[ChatMessage]) -> list[ToolCall]:
@@ -134,6 +149,18 @@ def apply_decisions(
     return ([ChatMessage.from_assistant(tool_calls=to_run)] if to_run else []), rejected
 
 
+def before_request(call: ToolCall) -> dict[str, Any]:
+    """The request of a call that waits for a decision before it runs (``interrupt_before``)."""
+    return {
+        "id": str(call.id),
+        "kind": "before",
+        "tool_name": call.tool_name,
+        "call_id": call.id,
+        "arguments": dict(call.arguments),
+        "value": None,
+    }
+
+
 def in_call_order(
     order: Sequence[str | None], executed: list[ChatMessage], rejected: Mapping[str, ChatMessage]
 ) -> list[ChatMessage]:
@@ -200,8 +227,27 @@ class ThreadSnapshot:
 
     @property
     def interrupted(self) -> bool:
-        """Whether the run stopped at an ``interrupt_before`` tool and waits for ``Agent.resume``."""
-        return bool(self.pending_tool_calls) and bool(self.checkpoint.metadata.get("interrupted"))
+        """Whether the run stopped for a human (``interrupt_before``, ``interrupt_after``, ``interrupt()``) and waits
+        for ``Agent.resume``."""
+        if not self.checkpoint.metadata.get("interrupted"):
+            return False
+        return bool(self.pending_tool_calls) or any(r.get("kind") == "after" for r in self.interrupts)
+
+    @property
+    def interrupts(self) -> list[dict[str, Any]]:
+        """
+        The requests the interrupted run waits for: JSON-ready dicts with ``id`` (the key of ``resume``'s ``answers``;
+        for ``"before"`` requests, the call id, the key of its ``decisions``), ``kind`` (``"before"``: a call held by
+        ``interrupt_before``; ``"interrupt"``: a tool asked with ``interrupt(value)``; ``"hook"``: a ``before_tool``
+        hook asked; ``"after"``: a result to review, ``interrupt_after``), ``tool_name``, ``call_id``, ``value`` (what
+        was asked, or the result to review) and ``arguments``. Empty if the thread is not interrupted.
+        """
+        if not self.checkpoint.metadata.get("interrupted"):
+            return []
+        stored = self.checkpoint.metadata.get("interrupts")
+        if isinstance(stored, list):
+            return [dict(r) for r in stored if isinstance(r, Mapping)]
+        return [before_request(call) for call in self.pending_tool_calls]
 
     def to_state(self) -> State:
         """
@@ -403,8 +449,33 @@ class ThreadSession:
 
     @property
     def interrupted(self) -> bool:
-        """Whether the loaded checkpoint is a run stopped at an ``interrupt_before`` tool, waiting for decisions."""
-        return bool(self.pending) and self.loaded is not None and bool(self.loaded.metadata.get("interrupted"))
+        """Whether the loaded checkpoint is a run stopped for a human (``interrupt_before``, ``interrupt_after``, or
+        ``interrupt()`` in a tool or hook), waiting for ``Agent.resume``."""
+        if self.loaded is None or not self.loaded.metadata.get("interrupted"):
+            return False
+        return bool(self.pending) or any(r.get("kind") == "after" for r in self.requests)
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """
+        The requests the interrupted run waits for (JSON-ready dicts: ``id``, ``kind`` (``"before"``, ``"interrupt"``,
+        ``"hook"`` or ``"after"``), ``tool_name``, ``call_id``, ``value``, and ``arguments`` for calls), or [].
+        """
+        if self.loaded is None or not self.loaded.metadata.get("interrupted"):
+            return []
+        stored = self.loaded.metadata.get("interrupts")
+        if isinstance(stored, list):
+            return [dict(r) for r in stored if isinstance(r, Mapping) and isinstance(r.get("id"), str)]
+        # A checkpoint written before in-tool interrupts: every pending call waits for a decision.
+        return [before_request(call) for call in self.pending]
+
+    @property
+    def answers(self) -> dict[str, list[Any]]:
+        """The answers the interrupted run was given so far, per tool call id (and ``HOOK_ANSWERS``)."""
+        stored = self.loaded.metadata.get("answers") if self.loaded is not None else None
+        if not isinstance(stored, Mapping):
+            return {}
+        return {str(k): list(v) for k, v in stored.items() if isinstance(v, list)}
 
     @property
     def continues(self) -> bool:
@@ -564,28 +635,56 @@ async def _call_async(checkpointer: Checkpointer, calls: Generator[Call, Any, T]
             result, error = None, exc
 
 
-def plan_continuation(
-    session: ThreadSession, messages: Sequence[ChatMessage], decisions: Mapping[str, Any] | None
-) -> tuple[list[ChatMessage], dict[str, ChatMessage]] | None:
+@dataclasses.dataclass
+class Continuation:
     """
-    Check a run against the thread's pending tool calls and plan their execution, before anything is committed.
+    How a run continues the thread's unfinished step (see :func:`plan_continuation`).
+
+    :param calling: An assistant message holding the calls to run (approved, edited or waiting for no one), or [].
+    :param rejected: The error results of the calls a human rejected, by call id.
+    :param order: The pending calls' ids, in the model's order (the results are put in this order).
+    :param answers: The answers to ``interrupt()`` calls so far, per call id (and :data:`HOOK_ANSWERS`).
+    :param hooks: Whether the ``before_tool`` hooks run (again) before the calls.
+    """
+
+    calling: list[ChatMessage]
+    rejected: dict[str, ChatMessage]
+    order: list[str | None]
+    answers: dict[str, list[Any]]
+    hooks: bool
+
+
+def plan_continuation(
+    session: ThreadSession,
+    messages: Sequence[ChatMessage],
+    decisions: Mapping[str, Any] | None,
+    answers: Mapping[str, Any] | None = None,
+) -> Continuation | None:
+    """
+    Check a run against the thread's pending tool calls and interrupt requests, and plan how it continues, before
+    anything is committed.
 
     :param session: The run's thread.
     :param messages: The run's new messages.
-    :param decisions: ``Agent.resume``'s decisions, or None for ``run``.
-    :returns: None if no call is pending; otherwise the assistant message holding the calls to run (approved or
-        edited) and the error results of the rejected calls (see :func:`apply_decisions`).
+    :param decisions: ``Agent.resume``'s decisions on calls held by ``interrupt_before`` (and reviews of
+        ``interrupt_after``), by call id; None for ``run``.
+    :param answers: ``Agent.resume``'s answers to ``interrupt()`` requests (and reviews), by request id.
+    :returns: None if nothing is pending; otherwise the :class:`Continuation`.
     :raises ThreadBusyError: If new messages come while the thread's last run has not finished (it runs elsewhere,
         or it stopped early): a ``ThreadConflictError``, so a caller that retries on conflicts retries.
     :raises ValueError: If the thread is interrupted and ``run`` was called (not ``resume``), if ``resume`` is called
-        on a thread that is not interrupted, or for decisions that do not fit the pending calls.
+        on a thread that is not interrupted, or for decisions and answers that do not fit the pending requests.
     """
     pending = session.pending
     names = ", ".join(sorted({call.tool_name for call in pending}))
-    if session.interrupted and decisions is None:
+    requests = session.requests if session.interrupted else []
+    resuming = decisions is not None or answers is not None
+    if session.interrupted and not resuming:
+        where = f"before tool call(s) to {names}" if pending else "after a tool call"
         raise ValueError(
-            f"Thread '{session.thread_id}' is interrupted before tool call(s) to {names}; continue it with "
-            "agent.resume(thread_id, decisions={call_id: 'approve' | 'reject' | {'arguments': {...}}})."
+            f"Thread '{session.thread_id}' is interrupted {where}, waiting for {_describe(requests)}; continue it with "
+            "agent.resume(thread_id, decisions={call_id: 'approve' | 'reject' | {'arguments': {...}}}, "
+            "answers={interrupt_id: answer})."
         )
     if messages and (pending or session.continues):
         unfinished = f"tool call(s) to {names} whose results are not committed" if pending else "an unfinished run"
@@ -593,7 +692,7 @@ def plan_continuation(
             f"Thread '{session.thread_id}' has {unfinished}: its last run stopped early (a crash) and no run holds "
             "the thread now. Nothing was written. Finish that run first with agent.run(messages=[], thread_id=...)."
         )
-    if decisions is not None and not session.interrupted:
+    if resuming and not session.interrupted:
         hint = (
             f" Its pending tool call(s) to {names} come from a run that stopped early; agent.run(messages=[], "
             "thread_id=...) finishes them."
@@ -601,10 +700,70 @@ def plan_continuation(
             else ""
         )
         raise ValueError(f"Thread '{session.thread_id}' is not interrupted: there is nothing to resume.{hint}")
-    if not pending:
-        return None
-    if decisions is None:
-        return [ChatMessage.from_assistant(tool_calls=list(pending))], {}
-    if not isinstance(decisions, Mapping):
-        raise ValueError(f"resume: decisions must be a dict {{call_id: decision}}, got {type(decisions).__name__}.")
-    return apply_decisions(pending, decisions)
+    order: list[str | None] = [call.id for call in pending]
+    if not resuming:
+        if not pending:
+            return None
+        return Continuation([ChatMessage.from_assistant(tool_calls=list(pending))], {}, order, {}, True)
+    for name, given in (("decisions", decisions), ("answers", answers)):
+        if given is not None and not isinstance(given, Mapping):
+            raise ValueError(f"resume: {name} must be a dict, got {type(given).__name__}.")
+    decided = dict(decisions or {})
+    answered = dict(answers or {})
+    _check_resume(requests, decided, answered)
+    # Calls held before they ran get their decision; the others (asked from inside, or waiting for those) run as
+    # they are, with the answers so far.
+    before_ids = {r["call_id"] for r in requests if r["kind"] == "before"}
+    held = [call for call in pending if call.id in before_ids]
+    approved, rejected = apply_decisions(held, {k: v for k, v in decided.items() if k in before_ids})
+    replaced = {call.id: call for message in approved for call in message.tool_calls}
+    to_run = [replaced.get(call.id, call) for call in pending if call.id not in rejected]
+    to_run = [call for call in to_run if call.id not in before_ids or call.id in replaced]
+    # A call that asked from inside runs again with the arguments it ran with (a human may have edited them before).
+    ran_with = {
+        r["call_id"]: r["arguments"]
+        for r in requests
+        if r["kind"] == "interrupt" and isinstance(r.get("arguments"), dict)
+    }
+    to_run = [dataclasses.replace(c, arguments=dict(ran_with[c.id])) if c.id in ran_with else c for c in to_run]
+    given = session.answers
+    hooks = False
+    for request in requests:
+        if request["kind"] not in ("interrupt", "hook"):
+            continue
+        key = HOOK_ANSWERS if request["kind"] == "hook" else str(request["call_id"])
+        index = request.get("index")
+        so_far = given.get(key, [])
+        if isinstance(index, int) and 0 <= index <= len(so_far):
+            so_far = so_far[:index]
+        given[key] = [*so_far, answered[request["id"]]]
+        hooks = hooks or request["kind"] == "hook"
+    calling = [ChatMessage.from_assistant(tool_calls=to_run)] if to_run else []
+    return Continuation(calling, rejected, order, given, hooks)
+
+
+def _describe(requests: Sequence[Mapping[str, Any]]) -> str:
+    if not requests:
+        return "a human"
+    return ", ".join(f"{r['kind']} '{r['id']}' ({r.get('tool_name')})" for r in requests)
+
+
+def _check_resume(requests: list[dict[str, Any]], decisions: dict[str, Any], answers: dict[str, Any]) -> None:
+    """Every request has a decision or an answer of the right kind, and nothing else is given; else ValueError."""
+    needs_decision = [str(r["call_id"]) for r in requests if r["kind"] == "before"]
+    needs_answer = [r["id"] for r in requests if r["kind"] in ("interrupt", "hook")]
+    reviews = {r["id"]: str(r["call_id"]) for r in requests if r["kind"] == "after"}
+    problems = []
+    missing = [i for i in needs_decision if i not in decisions]
+    missing += [i for i in needs_answer if i not in answers]
+    missing += [i for i, call_id in reviews.items() if i not in answers and call_id not in decisions]
+    if missing:
+        problems.append(f"no decision or answer for pending request(s) {missing}")
+    unknown_decisions = sorted(str(k) for k in decisions if k not in needs_decision and k not in reviews.values())
+    unknown_answers = sorted(str(k) for k in answers if k not in needs_answer and k not in reviews)
+    if unknown_decisions:
+        problems.append(f"decisions name unknown call id(s) {unknown_decisions}")
+    if unknown_answers:
+        problems.append(f"answers name unknown interrupt id(s) {unknown_answers}")
+    if problems:
+        raise ValueError(f"resume: {'; '.join(problems)}. Pending: {_describe(requests)}. Nothing was written.")

@@ -7,5 +7,14 @@ call order with timeouts, in daemon worker threads, each in its tracing span (:m
 
 from haystack_state.invocation.arguments import safe_tool_calls
 from haystack_state.invocation.invoker import ToolInvoker
+from haystack_state.invocation.outcome import BatchOutcome, PendingCall
+from haystack_state.invocation.run import run_tool_batch, run_tool_batch_async
 
-__all__ = ["ToolInvoker", "safe_tool_calls"]
+__all__ = [
+    "BatchOutcome",
+    "PendingCall",
+    "ToolInvoker",
+    "run_tool_batch",
+    "run_tool_batch_async",
+    "safe_tool_calls",
+]

@@ -209,6 +209,17 @@ def _validate(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
+def check_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> None:
+    """
+    Check arguments against a tool's parameters (as a model's call is checked before it runs).
+
+    :param spec: The tool.
+    :param arguments: The arguments.
+    :raises ToolArgumentsError: Naming the tool and the parameter at fault.
+    """
+    _validate(spec, arguments)
+
+
 def plan_calls(
     messages: list[ChatMessage], specs: Mapping[str, ToolSpec], max_calls: int | None = None
 ) -> list[PlannedCall]:
@@ -263,15 +274,21 @@ def plan_calls(
 
 
 def call_arguments(
-    call: PlannedCall, state: State, streaming_callback: Any | None = None, passthrough: bool = False
+    call: PlannedCall,
+    state: State,
+    streaming_callback: Any | None = None,
+    passthrough: bool = False,
+    context: Any = None,
 ) -> dict[str, Any]:
     """
-    The keyword arguments to call the tool with: the model's, the ``inputs_from_state`` values and the State.
+    The keyword arguments to call the tool with: the model's, the ``inputs_from_state`` values, the State and the
+    run's context.
 
     :param call: A planned call without error.
     :param state: The State the tool sees (a staged view for tools that receive the State).
     :param streaming_callback: The callback to pass through, if any.
     :param passthrough: Whether to pass the callback to tools that take a ``streaming_callback`` parameter.
+    :param context: The run's ``RunContext``, passed as it is to the tool's ``RunContext`` parameters.
     :returns: The keyword arguments.
     :raises ToolArgumentsError: If a required parameter comes from a state key that holds no value.
     """
@@ -289,6 +306,8 @@ def call_arguments(
             )
     for param in spec.state_params:
         kwargs[param] = state
+    for param in spec.context_params:
+        kwargs[param] = context
     if passthrough and streaming_callback is not None and spec.streaming_callback:
         kwargs["streaming_callback"] = streaming_callback
     return kwargs

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
@@ -18,6 +19,7 @@ from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
 from haystack_state.invocation.timeouts import check_max_tool_calls, check_timeout
+from haystack_state.runtime import RunContext, check_tool_deps
 from haystack_state.state import State
 from haystack_state.tools.spec import ToolSpec, tool_specs
 
@@ -47,7 +49,8 @@ class ToolInvoker:
     result message per call.
 
     A call that fails merges nothing, including what it wrote through an injected State. Parameters hidden from
-    the model always come from state: a value the model sends for one is dropped.
+    the model always come from state: a value the model sends for one is dropped. Live dependencies (a database
+    connection, a client) are passed as ``run(..., context=obj)`` and reach parameters annotated ``RunContext[T]``.
 
     ### Usage example
     ```python
@@ -136,15 +139,25 @@ class ToolInvoker:
             self._is_warmed_up = True
             self._current_specs()
 
-    def _options(self, tools: ToolsArg | None) -> dict[str, Any]:
-        """What ``run`` and ``run_async`` pass alike to the tool runner (all but the streaming callback)."""
+    def _options(
+        self, tools: ToolsArg | None, context: Any, answers: Mapping[str, Sequence[Any]] | None
+    ) -> dict[str, Any]:
+        """
+        What ``run`` and ``run_async`` pass alike to the tool runner (all but the streaming callback), once the
+        context is checked against the tools' ``RunContext[T]`` parameters.
+        """
+        specs = self._current_specs() if tools is None else tool_specs(tools)
+        run_context = context if isinstance(context, RunContext) else RunContext(deps=context)
+        check_tool_deps(specs, run_context.deps)
         return {
-            "specs": self._current_specs() if tools is None else tool_specs(tools),
+            "specs": specs,
             "raise_on_failure": self.raise_on_failure,
             "max_workers": self.max_workers,
             "passthrough": self.enable_streaming_callback_passthrough,
             "max_tool_calls": self.max_tool_calls,
             "tool_timeout": self.tool_timeout,
+            "context": run_context,
+            "answers": answers,
         }
 
     @component.output_types(tool_messages=list[ChatMessage], state=State)
@@ -154,6 +167,8 @@ class ToolInvoker:
         state: State | None = None,
         tools: ToolsArg | None = None,
         streaming_callback: StreamingCallbackT | None = None,
+        context: Any = None,
+        answers: dict[str, list[Any]] | None = None,
     ) -> dict[str, Any]:
         """
         Run the tool calls of ``messages``.
@@ -162,15 +177,23 @@ class ToolInvoker:
         :param state: The State the tools read and write. A new empty State if None.
         :param tools: Tools to use for this run instead of the ones given at construction.
         :param streaming_callback: Overrides the callback given at construction for this run.
+        :param context: The run's dependencies (a database connection, a client, the current user): tool parameters
+            annotated ``RunContext[T]`` receive a ``RunContext`` whose ``deps`` is this very object, never copied.
+            It is never put in the state or in the outputs. A ``RunContext`` is passed as it is: in a Pipeline, which
+            deep-copies the inputs of its components, pass ``RunContext(deps=obj)`` to keep ``obj`` itself.
+        :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in order. A call that asks
+            for more than it is given fails with a ``ToolInterruptedError`` (only an ``Agent`` can wait for a human).
         :returns: ``tool_messages``: one tool result per call, in call order; ``state``: the State.
         :raises ToolInvocationError: With ``raise_on_failure=True``, when a call fails.
+        :raises TypeError: If ``context`` does not match a tool's ``RunContext[T]`` parameter (before any call runs).
         """
         self.warm_up()
         if tools is not None:
             warm_up_tools(tools)
         state = _state_or_new(state)
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
-        tool_messages = run_tool_calls(messages, state, **self._options(tools), streaming_callback=callback)
+        options = self._options(tools, context, answers)
+        tool_messages = run_tool_calls(messages, state, **options, streaming_callback=callback)
         return {"tool_messages": tool_messages, "state": state}
 
     @component.output_types(tool_messages=list[ChatMessage], state=State)
@@ -180,6 +203,8 @@ class ToolInvoker:
         state: State | None = None,
         tools: ToolsArg | None = None,
         streaming_callback: StreamingCallbackT | None = None,
+        context: Any = None,
+        answers: dict[str, list[Any]] | None = None,
     ) -> dict[str, Any]:
         """
         Run the tool calls of ``messages`` asynchronously. Same parameters and results as :meth:`run`.
@@ -188,6 +213,8 @@ class ToolInvoker:
         :param state: The State the tools read and write. A new empty State if None.
         :param tools: Tools to use for this run instead of the ones given at construction.
         :param streaming_callback: Overrides the callback given at construction for this run (sync or async).
+        :param context: The run's dependencies, given to ``RunContext[T]`` parameters (see :meth:`run`).
+        :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls (see :meth:`run`).
         :returns: ``tool_messages`` and ``state``.
         """
         await self.warm_up_async()
@@ -195,7 +222,8 @@ class ToolInvoker:
             await warm_up_tools_async(tools)
         state = _state_or_new(state)
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
-        tool_messages = await run_tool_calls_async(messages, state, **self._options(tools), streaming_callback=callback)
+        options = self._options(tools, context, answers)
+        tool_messages = await run_tool_calls_async(messages, state, **options, streaming_callback=callback)
         return {"tool_messages": tool_messages, "state": state}
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,17 +1,20 @@
 """
 Running one batch of a model's tool calls against a State, shared by ``ToolInvoker`` and ``Agent``: calls start when
-the calls they depend on are merged, run in daemon worker threads (:func:`run_tool_calls`) or as tasks
-(:func:`run_tool_calls_async`), and are merged into the state strictly in the order the model listed them, each call
-all or nothing (:class:`ToolBatch`).
+the calls they depend on are merged, run in daemon worker threads (:func:`run_tool_batch`) or as tasks
+(:func:`run_tool_batch_async`), and are merged into the state strictly in the order the model listed them, each call
+all or nothing (:class:`ToolBatch`). A call that stops at ``interrupt()``, a held call and the calls depending on
+either produce no result and merge nothing; the outcome lists them (:mod:`.outcome`). :func:`run_tool_calls` and
+:func:`run_tool_calls_async` return just the messages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Literal
 
 from haystack import logging
 from haystack.dataclasses import ChatMessage, StreamingChunk
@@ -19,6 +22,7 @@ from haystack.dataclasses.streaming_chunk import StreamingCallbackT
 from haystack.tracing.tracer import Span
 
 from haystack_state.errors import ToolInvocationError, ToolTimeoutError
+from haystack_state.interrupts import ToolInterrupt, interrupt_scope
 from haystack_state.invocation.calls import (
     PlannedCall,
     call_arguments,
@@ -29,13 +33,27 @@ from haystack_state.invocation.calls import (
     result_message,
     state_writes,
 )
+from haystack_state.invocation.outcome import (
+    BatchOutcome,
+    CallEventCallback,
+    Interrupted,
+    PendingCall,
+    PendingReason,
+    block_dependents,
+    blocked_calls,
+    interrupted_error,
+    model_arguments,
+    pending_call,
+    waits_for,
+)
 from haystack_state.invocation.spans import batch_parent, traced_call, traced_call_async
 from haystack_state.invocation.timeouts import CANCEL_GRACE, Deadlines, call_timeout, with_timeout
 from haystack_state.invocation.workers import WORKERS
+from haystack_state.runtime import RunContext
 from haystack_state.state import StagedState, State
 from haystack_state.tools.spec import ToolSpec
 
-__all__ = ["ToolBatch", "run_tool_calls", "run_tool_calls_async"]
+__all__ = ["ToolBatch", "run_tool_batch", "run_tool_batch_async", "run_tool_calls", "run_tool_calls_async"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +70,13 @@ class ToolBatch:
         model as an error tool result.
     :param streaming_callback: Receives each tool result as a ``StreamingChunk`` as soon as it is merged.
     :param passthrough: Pass the streaming callback to tools that take a ``streaming_callback`` parameter.
+    :param context: The run's ``RunContext``, passed to the tools' ``RunContext`` parameters.
+    :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in order.
+    :param hold: The ids of calls that must not run (they and the calls that depend on them are pending).
+    :param on_call: Told when a call starts, is merged, or stops at ``interrupt()`` (see
+        :data:`~haystack_state.invocation.outcome.CallEventCallback`).
+    :param on_interrupt: What a call that stops at ``interrupt()`` becomes: ``"pend"``, a pending call (its
+        dependents are held too); ``"fail"``, a failed call (a ``ToolInterruptedError``).
     """
 
     def __init__(
@@ -62,25 +87,42 @@ class ToolBatch:
         raise_on_failure: bool,
         streaming_callback: StreamingCallbackT | None = None,
         passthrough: bool = False,
+        context: RunContext[Any] | None = None,
+        answers: Mapping[str, Sequence[Any]] | None = None,
+        hold: Collection[str] = (),
+        on_call: CallEventCallback | None = None,
+        on_interrupt: Literal["pend", "fail"] = "pend",
     ) -> None:
         self.calls = calls
         self.state = state
         self.raise_on_failure = raise_on_failure
         self.streaming_callback = streaming_callback
         self.passthrough = passthrough
+        self.context = context if context is not None else RunContext(deps=None)
+        self.answers = answers or {}
+        self.on_call = on_call
+        self.on_interrupt = on_interrupt
         self.messages: list[ChatMessage] = []
+        self.pending: list[PendingCall] = []
         self.chunks: list[StreamingChunk] = []
+        self._merged = 0  # calls merged (or found pending), in call order
         self._started: set[int] = set()
         self._outcomes: dict[int, tuple[bool, Any, StagedState | None]] = {}
+        self._blocked: dict[int, PendingReason] = blocked_calls(calls, hold)
+        self._durations: dict[int, float] = {}
         if raise_on_failure:
             for call in calls:
-                if call.error is not None:
+                if call.error is not None and call.index not in self._blocked:
                     raise call.error
 
     @property
     def done(self) -> bool:
-        """Whether every call has been merged."""
-        return len(self.messages) == len(self.calls)
+        """Whether every call has been merged (or found pending)."""
+        return self._merged == len(self.calls)
+
+    def outcome(self) -> BatchOutcome:
+        """The result messages and the pending calls so far."""
+        return BatchOutcome(self.messages, self.pending)
 
     def startable(self) -> list[tuple[PlannedCall, dict[str, Any], StagedState | None]]:
         """
@@ -89,18 +131,22 @@ class ToolBatch:
 
         :returns: ``(call, kwargs, staged)`` for each call to start.
         """
-        merged = len(self.messages)
+        merged = self._merged
         ready = []
         for call in self.calls[merged:]:
-            if call.index in self._started or call.error is not None:
+            if call.index in self._started or call.error is not None or call.index in self._blocked:
                 continue
             if any(dep >= merged for dep in call.after):
                 continue
             assert call.spec is not None
             staged = self.state.stage() if call.spec.state_params else None
             self._started.add(call.index)
+            if self.on_call is not None:
+                self.on_call("started", self._describe(call))
             try:
-                kwargs = call_arguments(call, staged or self.state, self.streaming_callback, self.passthrough)
+                kwargs = call_arguments(
+                    call, staged or self.state, self.streaming_callback, self.passthrough, self.context
+                )
             except ToolInvocationError as exc:  # it cannot be called (an empty state key): it fails without running
                 self.finish(call, False, exc, None)
                 continue
@@ -118,6 +164,81 @@ class ToolBatch:
         """
         self._outcomes[call.index] = (ok, outcome, staged)
 
+    def invoke(
+        self,
+        call: PlannedCall,
+        kwargs: dict[str, Any],
+        timeout: float | None = None,
+        traced: bool = False,
+        parent: Span | None = None,
+    ) -> Any:
+        """
+        Call a tool synchronously, in its own interrupt scope (in whatever thread runs it), inside its span when
+        tracing is on.
+
+        :param call: The call, as handed out by :meth:`startable`.
+        :param kwargs: Its keyword arguments.
+        :param timeout: For an async tool: cancel it after this many seconds.
+        :param traced: Whether tracing is on.
+        :param parent: The span the call's span goes under.
+        :returns: The tool's result, or :class:`~haystack_state.invocation.outcome.Interrupted` if it stopped at
+            ``interrupt()``.
+        """
+        spec = call.spec
+        assert spec is not None
+        call_id = call.tool_call.id
+        start = time.perf_counter() if self.on_call is not None else 0.0
+        try:
+            with interrupt_scope(call_id, spec.name, self.answers.get(call_id, ()) if call_id is not None else ()):
+                if traced:
+                    return traced_call(_invoke_sync, spec, call.tool_call, parent, spec, kwargs, timeout)
+                return _invoke_sync(spec, kwargs, timeout)
+        except ToolInterrupt as stop:
+            return Interrupted(stop)
+        finally:
+            if self.on_call is not None:
+                self._durations[call.index] = time.perf_counter() - start
+
+    async def invoke_async(
+        self,
+        call: PlannedCall,
+        kwargs: dict[str, Any],
+        timeout: float | None = None,
+        traced: bool = False,
+        parent: Span | None = None,
+    ) -> Any:
+        """
+        Await a tool (a sync one runs in a worker thread), in its own interrupt scope. See :meth:`invoke`. A call over
+        ``timeout`` is cancelled (a sync tool with a timeout runs in a daemon worker thread, which is abandoned).
+
+        :param call: The call, as handed out by :meth:`startable`.
+        :param kwargs: Its keyword arguments.
+        :param timeout: Seconds before the call is given up (``ToolTimeoutError``), or None.
+        :param traced: Whether tracing is on.
+        :param parent: The span the call's span goes under.
+        :returns: The tool's result, or ``Interrupted``.
+        """
+        spec = call.spec
+        assert spec is not None
+        call_id = call.tool_call.id
+        start = time.perf_counter() if self.on_call is not None else 0.0
+        try:
+            with interrupt_scope(call_id, spec.name, self.answers.get(call_id, ()) if call_id is not None else ()):
+                work: Awaitable[Any]
+                if timeout is not None and not spec.is_async:  # a sync tool: in a daemon thread, abandoned if late
+                    worker_context = contextvars.copy_context()
+                    work = asyncio.wrap_future(WORKERS.submit(worker_context.run, _invoke_sync, spec, kwargs))
+                else:
+                    work = spec.tool.invoke_async(**kwargs)
+                if traced:
+                    work = traced_call_async(work, spec, call.tool_call, parent)
+                return await with_timeout(work, spec, timeout)
+        except ToolInterrupt as stop:
+            return Interrupted(stop)
+        finally:
+            if self.on_call is not None:
+                self._durations[call.index] = time.perf_counter() - start
+
     def merge_ready(self) -> list[ChatMessage]:
         """
         Merge, in call order, every call that has finished and whose predecessors are merged.
@@ -128,12 +249,23 @@ class ToolBatch:
         """
         produced = []
         while not self.done:
-            call = self.calls[len(self.messages)]
+            call = self.calls[self._merged]
+            reason = self._blocked.get(call.index)
+            if reason is not None:
+                self.pending.append(pending_call(call, reason, waits_for=waits_for(call, self.calls, self._blocked)))
+                self._merged += 1
+                continue
             if call.error is not None:
                 logger.warning("{error}", error=str(call.error))
                 message = error_message(call.tool_call, call.error)
             elif call.index in self._outcomes:
-                message = self._merge(call, *self._outcomes.pop(call.index))
+                ok, outcome, staged = self._outcomes.pop(call.index)
+                if ok and type(outcome) is Interrupted:
+                    if self.on_interrupt == "pend":
+                        self._pend(call, outcome.stop)
+                        continue
+                    ok, outcome = False, interrupted_error(call, outcome.stop)
+                message = self._merge(call, ok, outcome, staged)
             else:
                 break
             if call.dropped:
@@ -142,8 +274,11 @@ class ToolBatch:
                     tool=call.tool_call.tool_name,
                     params=", ".join(call.dropped),
                 )
+            self._merged += 1
             self.messages.append(message)
             produced.append(message)
+            if self.on_call is not None:
+                self._finished(call, message)
             if self.streaming_callback is not None:
                 result = message.tool_call_results[0]
                 self.chunks.append(
@@ -156,6 +291,34 @@ class ToolBatch:
                     )
                 )
         return produced
+
+    def _describe(self, call: PlannedCall) -> dict[str, Any]:
+        return {"call_id": call.tool_call.id, "tool_name": call.tool_call.tool_name, "arguments": model_arguments(call)}
+
+    def _finished(self, call: PlannedCall, message: ChatMessage) -> None:
+        assert self.on_call is not None
+        result = message.tool_call_results[0]
+        self.on_call(
+            "finished",
+            {
+                **self._describe(call),
+                "message": message,
+                "result": result.result,
+                "error": result.error,
+                "duration_s": self._durations.pop(call.index, 0.0),
+            },
+        )
+
+    def _pend(self, call: PlannedCall, stop: ToolInterrupt) -> None:
+        """A call stopped at ``interrupt()``: it merges nothing (its staged writes are dropped), nor do its dependents
+        (they do not run)."""
+        self._blocked[call.index] = "interrupt"
+        block_dependents(self.calls, self._blocked, after=call.index)
+        self.pending.append(pending_call(call, "interrupt", stop))
+        self._merged += 1
+        if self.on_call is not None:
+            data = {**self._describe(call), "value": stop.value, "index": stop.index}
+            self.on_call("interrupted", {**data, "duration_s": self._durations.pop(call.index, 0.0)})
 
     def _merge(self, call: PlannedCall, ok: bool, outcome: Any, staged: StagedState | None) -> ChatMessage:
         spec = call.spec
@@ -207,16 +370,6 @@ def _invoke_sync(spec: ToolSpec, kwargs: dict[str, Any], timeout: float | None =
         return helper.submit(context.run, asyncio.run, call).result()
 
 
-def _call_sync(
-    call: PlannedCall, kwargs: dict[str, Any], timeout: float | None, traced: bool, parent: Span | None
-) -> Any:
-    """Run one call (in the calling thread or a worker), inside its span when tracing is on."""
-    assert call.spec is not None
-    if traced:
-        return traced_call(_invoke_sync, call.spec, call.tool_call, parent, call.spec, kwargs, timeout)
-    return _invoke_sync(call.spec, kwargs, timeout)
-
-
 def _settle(running: dict[Future[Any], Any], deadlines: Deadlines) -> None:
     """Wait for the running calls to finish or overrun their deadlines (those not started are cancelled)."""
     for future in list(running):
@@ -235,7 +388,7 @@ def _final_chunk() -> StreamingChunk:
     return StreamingChunk(content="", finish_reason="tool_call_results", meta={"finish_reason": "tool_call_results"})
 
 
-def run_tool_calls(
+def run_tool_batch(
     messages: list[ChatMessage],
     state: State,
     specs: dict[str, ToolSpec],
@@ -244,15 +397,24 @@ def run_tool_calls(
     max_workers: int = 4,
     streaming_callback: Callable[[StreamingChunk], None] | None = None,
     passthrough: bool = False,
+    context: RunContext[Any] | None = None,
+    answers: Mapping[str, Sequence[Any]] | None = None,
+    hold: Collection[str] = (),
+    on_call: CallEventCallback | None = None,
+    on_interrupt: Literal["pend", "fail"] = "pend",
     max_tool_calls: int | None = 64,
     tool_timeout: float | None = None,
     parent_span: Span | None = None,
-) -> list[ChatMessage]:
+) -> BatchOutcome:
     """
     Run every tool call of ``messages`` against ``state`` (see ``ToolInvoker.run``). Calls that can overlap run in
     daemon worker threads; a lone call without a timeout runs in the calling thread. An async tool runs on an event
     loop of its own. Ctrl-C (``KeyboardInterrupt``) stops the run at once: calls still running are abandoned and
     merge nothing.
+
+    A call that stops at ``interrupt()`` produces no result and merges nothing (its State writes are dropped); the
+    calls of the batch that depend on it (they read what it writes) do not run; every other call runs and is merged
+    in call order. The calls in ``hold`` are treated alike, without running. The outcome lists them all.
 
     :param messages: Messages whose tool calls to run.
     :param state: The State the tools read and write.
@@ -262,13 +424,22 @@ def run_tool_calls(
     :param max_workers: How many calls may run at once.
     :param streaming_callback: Receives each tool result as it is merged, then a final ``tool_call_results`` chunk.
     :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
+    :param context: The run's ``RunContext``, passed as it is to the tools' ``RunContext`` parameters (a
+        ``RunContext(deps=None)`` if None). Check it first with :func:`~haystack_state.runtime.check_tool_deps`.
+    :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in the order it asks.
+    :param hold: The ids of calls that must not run (an Agent's ``interrupt_before``); pending with ``"held"``.
+    :param on_call: Told ``("started", ...)``, ``("finished", ...)`` and ``("interrupted", ...)`` for each call, in
+        the calling thread (see :data:`~haystack_state.invocation.outcome.CallEventCallback`).
+    :param on_interrupt: ``"pend"`` (the default): a call that stops at ``interrupt()`` is pending; ``"fail"``: it
+        fails with a ``ToolInterruptedError`` like any failed call, and its dependents run.
     :param max_tool_calls: The most calls of one batch that run; the others are answered with a
         ``ToolCallLimitError``. No limit if None.
     :param tool_timeout: The timeout, in seconds, of calls whose tool has none of its own; None for no timeout. A call
         over time is answered with a ``ToolTimeoutError`` and merges nothing (its worker thread is abandoned).
     :param parent_span: The tracing span the calls' spans go under; the current span if None.
-    :returns: The tool result messages, in call order.
+    :returns: The result messages (in call order) and the pending calls.
     :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
+    :raises ValueError: If ``hold`` names a call id that is not in ``messages``.
     """
     batch = ToolBatch(
         plan_calls(messages, specs, max_tool_calls),
@@ -276,6 +447,11 @@ def run_tool_calls(
         raise_on_failure=raise_on_failure,
         streaming_callback=streaming_callback,
         passthrough=passthrough,
+        context=context,
+        answers=answers,
+        hold=hold,
+        on_call=on_call,
+        on_interrupt=on_interrupt,
     )
     traced, parent = batch_parent(parent_span)
     running: dict[Future[Any], tuple[PlannedCall, StagedState | None]] = {}
@@ -301,7 +477,7 @@ def run_tool_calls(
                 if timeout is None:  # (a call with a timeout runs in a worker, which can be abandoned)
                     waiting.clear()
                     try:
-                        outcome, ok = _call_sync(call, kwargs, None, traced, parent), True
+                        outcome, ok = batch.invoke(call, kwargs, None, traced, parent), True
                     except Exception as exc:
                         outcome, ok = exc, False
                     batch.finish(call, ok, outcome, staged)
@@ -310,8 +486,8 @@ def run_tool_calls(
                 call, kwargs, staged = waiting.pop(0)
                 assert call.spec is not None
                 timeout = call_timeout(call.spec, tool_timeout)
-                context = contextvars.copy_context()
-                future = WORKERS.submit(context.run, _call_sync, call, kwargs, timeout, traced, parent)
+                worker_context = contextvars.copy_context()
+                future = WORKERS.submit(worker_context.run, batch.invoke, call, kwargs, timeout, traced, parent)
                 running[future] = (call, staged)
                 deadlines.start(future, timeout, 0.0 if call.spec.supports_sync else CANCEL_GRACE)
             finished, _ = wait(running, timeout=deadlines.wait_time(), return_when=FIRST_COMPLETED)
@@ -336,10 +512,64 @@ def run_tool_calls(
         raise
     if batch.messages and streaming_callback is not None:
         streaming_callback(_final_chunk())
-    return batch.messages
+    return batch.outcome()
 
 
-async def run_tool_calls_async(
+def run_tool_calls(
+    messages: list[ChatMessage],
+    state: State,
+    specs: dict[str, ToolSpec],
+    *,
+    raise_on_failure: bool = True,
+    max_workers: int = 4,
+    streaming_callback: Callable[[StreamingChunk], None] | None = None,
+    passthrough: bool = False,
+    context: RunContext[Any] | None = None,
+    answers: Mapping[str, Sequence[Any]] | None = None,
+    max_tool_calls: int | None = 64,
+    tool_timeout: float | None = None,
+    parent_span: Span | None = None,
+) -> list[ChatMessage]:
+    """
+    Run every tool call of ``messages`` against ``state`` and return one result per call (see
+    :func:`run_tool_batch`). No human can answer here: a call that stops at ``interrupt()`` without an answer in
+    ``answers`` fails with a ``ToolInterruptedError`` (raised with ``raise_on_failure``, else an error result).
+
+    :param messages: Messages whose tool calls to run.
+    :param state: The State the tools read and write.
+    :param specs: The available tools, by name (see ``tool_specs``).
+    :param raise_on_failure: Raise a ``ToolInvocationError`` at the first failed call (in call order) instead of
+        returning an error tool result. The calls before it stay merged; calls not started yet do not run.
+    :param max_workers: How many calls may run at once.
+    :param streaming_callback: Receives each tool result as it is merged, then a final ``tool_call_results`` chunk.
+    :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
+    :param context: The run's ``RunContext``, passed as it is to the tools' ``RunContext`` parameters (a
+        ``RunContext(deps=None)`` if None). Check it first with :func:`~haystack_state.runtime.check_tool_deps`.
+    :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in the order it asks.
+    :param max_tool_calls: The most calls of one batch that run (see :func:`run_tool_batch`).
+    :param tool_timeout: The timeout of calls whose tool has none of its own (see :func:`run_tool_batch`).
+    :param parent_span: The tracing span the calls' spans go under; the current span if None.
+    :returns: The tool result messages, in call order.
+    :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
+    """
+    return run_tool_batch(
+        messages,
+        state,
+        specs,
+        raise_on_failure=raise_on_failure,
+        max_workers=max_workers,
+        streaming_callback=streaming_callback,
+        passthrough=passthrough,
+        context=context,
+        answers=answers,
+        on_interrupt="fail",
+        max_tool_calls=max_tool_calls,
+        tool_timeout=tool_timeout,
+        parent_span=parent_span,
+    ).messages
+
+
+async def run_tool_batch_async(
     messages: list[ChatMessage],
     state: State,
     specs: dict[str, ToolSpec],
@@ -348,14 +578,19 @@ async def run_tool_calls_async(
     max_workers: int = 4,
     streaming_callback: StreamingCallbackT | None = None,
     passthrough: bool = False,
+    context: RunContext[Any] | None = None,
+    answers: Mapping[str, Sequence[Any]] | None = None,
+    hold: Collection[str] = (),
+    on_call: CallEventCallback | None = None,
+    on_interrupt: Literal["pend", "fail"] = "pend",
     max_tool_calls: int | None = 64,
     tool_timeout: float | None = None,
     parent_span: Span | None = None,
-) -> list[ChatMessage]:
+) -> BatchOutcome:
     """
     Run every tool call of ``messages`` against ``state`` (see ``ToolInvoker.run_async``): async tools are awaited,
-    sync tools run in worker threads, at most ``max_workers`` calls at a time. A call over its timeout is cancelled
-    (a sync tool with a timeout runs in a daemon worker thread, which is abandoned).
+    sync tools run in worker threads, at most ``max_workers`` calls at a time. Interrupted, held and dependent calls
+    are pending, as in :func:`run_tool_batch`.
 
     :param messages: Messages whose tool calls to run.
     :param state: The State the tools read and write.
@@ -366,11 +601,19 @@ async def run_tool_calls_async(
     :param streaming_callback: Receives (sync) or is awaited with (async) each tool result as it is merged, then a
         final ``tool_call_results`` chunk.
     :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
-    :param max_tool_calls: The most calls of one batch that run (see :func:`run_tool_calls`).
-    :param tool_timeout: The timeout of calls whose tool has none of its own (see :func:`run_tool_calls`).
+    :param context: The run's ``RunContext``, passed as it is to the tools' ``RunContext`` parameters (a
+        ``RunContext(deps=None)`` if None). Check it first with :func:`~haystack_state.runtime.check_tool_deps`.
+    :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in the order it asks.
+    :param hold: The ids of calls that must not run (an Agent's ``interrupt_before``); pending with ``"held"``.
+    :param on_call: Told ``("started", ...)``, ``("finished", ...)`` and ``("interrupted", ...)`` for each call, from
+        the event loop's thread (see :data:`~haystack_state.invocation.outcome.CallEventCallback`).
+    :param on_interrupt: ``"pend"`` (the default) or ``"fail"``, as in :func:`run_tool_batch`.
+    :param max_tool_calls: The most calls of one batch that run (see :func:`run_tool_batch`).
+    :param tool_timeout: The timeout of calls whose tool has none of its own (see :func:`run_tool_batch`).
     :param parent_span: The tracing span the calls' spans go under; the current span if None.
-    :returns: The tool result messages, in call order.
+    :returns: The result messages (in call order) and the pending calls.
     :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
+    :raises ValueError: If ``hold`` names a call id that is not in ``messages``.
     """
     batch = ToolBatch(
         plan_calls(messages, specs, max_tool_calls),
@@ -378,6 +621,11 @@ async def run_tool_calls_async(
         raise_on_failure=raise_on_failure,
         streaming_callback=streaming_callback,
         passthrough=passthrough,
+        context=context,
+        answers=answers,
+        hold=hold,
+        on_call=on_call,
+        on_interrupt=on_interrupt,
     )
     limit = asyncio.Semaphore(max(1, max_workers))
     traced, parent = batch_parent(parent_span)
@@ -385,17 +633,8 @@ async def run_tool_calls_async(
     async def invoke(call: PlannedCall, kwargs: dict[str, Any]) -> Any:
         spec = call.spec
         assert spec is not None
-        timeout = call_timeout(spec, tool_timeout)
-        work: Awaitable[Any]
         async with limit:
-            if timeout is not None and not spec.is_async:  # a sync tool: in a daemon thread, abandoned if over time
-                context = contextvars.copy_context()
-                work = asyncio.wrap_future(WORKERS.submit(context.run, _invoke_sync, spec, kwargs))
-            else:
-                work = spec.tool.invoke_async(**kwargs)
-            if traced:
-                work = traced_call_async(work, spec, call.tool_call, parent)
-            return await with_timeout(work, spec, timeout)
+            return await batch.invoke_async(call, kwargs, call_timeout(spec, tool_timeout), traced, parent)
 
     running: dict[asyncio.Task[Any], tuple[PlannedCall, StagedState | None]] = {}
     try:
@@ -432,7 +671,62 @@ async def run_tool_calls_async(
             await asyncio.gather(*running, return_exceptions=True)
     if batch.messages and streaming_callback is not None:
         await _emit(streaming_callback, _final_chunk())
-    return batch.messages
+    return batch.outcome()
+
+
+async def run_tool_calls_async(
+    messages: list[ChatMessage],
+    state: State,
+    specs: dict[str, ToolSpec],
+    *,
+    raise_on_failure: bool = True,
+    max_workers: int = 4,
+    streaming_callback: StreamingCallbackT | None = None,
+    passthrough: bool = False,
+    context: RunContext[Any] | None = None,
+    answers: Mapping[str, Sequence[Any]] | None = None,
+    max_tool_calls: int | None = 64,
+    tool_timeout: float | None = None,
+    parent_span: Span | None = None,
+) -> list[ChatMessage]:
+    """
+    Run every tool call of ``messages`` against ``state`` asynchronously and return one result per call (see
+    :func:`run_tool_batch_async` and :func:`run_tool_calls`).
+
+    :param messages: Messages whose tool calls to run.
+    :param state: The State the tools read and write.
+    :param specs: The available tools, by name (see ``tool_specs``).
+    :param raise_on_failure: Raise a ``ToolInvocationError`` at the first failed call (in call order) instead of
+        returning an error tool result. The calls before it stay merged; the calls still running are cancelled.
+    :param max_workers: How many calls may run at once.
+    :param streaming_callback: Receives (sync) or is awaited with (async) each tool result as it is merged, then a
+        final ``tool_call_results`` chunk.
+    :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
+    :param context: The run's ``RunContext``, passed as it is to the tools' ``RunContext`` parameters (a
+        ``RunContext(deps=None)`` if None). Check it first with :func:`~haystack_state.runtime.check_tool_deps`.
+    :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in the order it asks.
+    :param max_tool_calls: The most calls of one batch that run (see :func:`run_tool_batch`).
+    :param tool_timeout: The timeout of calls whose tool has none of its own (see :func:`run_tool_batch`).
+    :param parent_span: The tracing span the calls' spans go under; the current span if None.
+    :returns: The tool result messages, in call order.
+    :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
+    """
+    outcome = await run_tool_batch_async(
+        messages,
+        state,
+        specs,
+        raise_on_failure=raise_on_failure,
+        max_workers=max_workers,
+        streaming_callback=streaming_callback,
+        passthrough=passthrough,
+        context=context,
+        answers=answers,
+        on_interrupt="fail",
+        max_tool_calls=max_tool_calls,
+        tool_timeout=tool_timeout,
+        parent_span=parent_span,
+    )
+    return outcome.messages
 
 
 async def _emit(callback: StreamingCallbackT, chunk: StreamingChunk) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from haystack_state.errors import CodecError
 from haystack_state.persistence.registry import BUILTIN_TAGS, adapter_for_class, adapter_for_name
+from haystack_state.runtime import RunContext
 
 TYPE_KEY = "__type__"
 DATA_KEY = "data"
@@ -63,6 +64,11 @@ def _field_segment(key: Any) -> str:
 
 def _unencodable(value: Any) -> _Failure:
     cls = type(value)
+    if isinstance(value, RunContext):
+        return _Failure(
+            "cannot encode the RunContext at {path}: it carries the run's live dependencies, which are never stored; "
+            "pass them to each run as run(..., context=obj)."
+        )
     if isinstance(value, enum.Enum):
         hint = f"register the enum with register_type({cls.__name__})"
     else:

@@ -30,6 +30,7 @@ from haystack.dataclasses import (
 )
 
 from haystack_state.errors import CodecError
+from haystack_state.runtime import RunContext
 
 T = TypeVar("T", bound=type)
 
@@ -166,6 +167,11 @@ def register_type(cls: T | None = None, *, name: str | None = None) -> T | Calla
     def register(target: T) -> T:
         if not isinstance(target, type):
             raise TypeError(f"register_type() expects a class, got {type(target).__name__}.")
+        if issubclass(target, RunContext):
+            raise TypeError(
+                "register_type() cannot register RunContext: it carries the run's live dependencies, which are never "
+                "stored; pass them to each run as run(..., context=obj)."
+            )
         type_name = target.__qualname__ if name is None else name
         if not isinstance(type_name, str) or not type_name:
             raise CodecError("register_type(): name must be a non-empty string.")

@@ -1,6 +1,6 @@
 """
-Reading the type annotations of a tool's parameters: which ones receive the State, which ones hold callables,
-and the descriptions written into ``Annotated[...]``.
+Reading the type annotations of a tool's parameters: which ones receive the State or the run's ``RunContext``,
+which ones hold callables, and the descriptions written into ``Annotated[...]``.
 
 Both State classes are recognised: haystack-state's :class:`haystack_state.state.State` and haystack-ai's
 :class:`haystack.components.agents.state.State` (and their subclasses), written as ``State``, ``State | None``,
@@ -14,16 +14,18 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, Optional, Union, get_args, get_origin
 
 from haystack.components.agents.state import State as HaystackState
 
+from haystack_state.runtime import deps_type
 from haystack_state.state import State
 
 __all__ = [
     "STATE_CLASSES",
     "annotation_description",
     "contains_callable",
+    "context_deps_type",
     "is_state_annotation",
     "resolve_annotations",
     "unwrap_optional",
@@ -52,25 +54,61 @@ def unwrap_optional(annotation: Any) -> Any:
 
 def is_state_annotation(annotation: Any) -> bool:
     """
-    Tell whether a parameter annotated this way receives the live State object.
+        Tell whether a parameter annotated this way receives the live State object.
+
+        Usage example:
+
+        .. code-block:: python
+
+            from typing import Annotated
+            from haystack_state.runtime import deps_type
+    from haystack_state.state import State
+
+            assert is_state_annotation(State | None)
+            assert is_state_annotation(Annotated[State, "the agent's state"])
+            assert not is_state_annotation(dict)
+
+        :param annotation: A type annotation (already resolved, not a string).
+        :returns: ``True`` for ``State``, ``State | None``, ``Optional[State]`` and ``Annotated[State, ...]`` of either
+            State class or a subclass of one.
+    """
+    inner = unwrap_optional(annotation)
+    return isinstance(inner, type) and issubclass(inner, STATE_CLASSES)
+
+
+def context_deps_type(annotation: Any) -> Any:
+    """
+    Tell whether a parameter annotated this way receives the run's ``RunContext``, and what it expects as deps.
 
     Usage example:
 
     .. code-block:: python
 
-        from typing import Annotated
-        from haystack_state.state import State
+        from typing import Any, Optional
+        from haystack_state import RunContext
 
-        assert is_state_annotation(State | None)
-        assert is_state_annotation(Annotated[State, "the agent's state"])
-        assert not is_state_annotation(dict)
+        assert context_deps_type(RunContext[Deps]) is Deps
+        assert context_deps_type(RunContext[Deps] | None) == Optional[Deps]
+        assert context_deps_type(Optional[RunContext]) is Any
+        assert context_deps_type(str) is None
 
     :param annotation: A type annotation (already resolved, not a string).
-    :returns: ``True`` for ``State``, ``State | None``, ``Optional[State]`` and ``Annotated[State, ...]`` of either
-        State class or a subclass of one.
+    :returns: ``T`` for ``RunContext[T]`` (and ``Annotated[...]``); ``T | None`` for ``RunContext[T] | None`` and
+        ``Optional[RunContext[T]]``, since a tool that accepts no context accepts a run without dependencies;
+        ``Any`` for a bare ``RunContext``; None for any other annotation.
     """
     inner = unwrap_optional(annotation)
-    return isinstance(inner, type) and issubclass(inner, STATE_CLASSES)
+    expects = deps_type(inner)
+    if expects is None or expects is Any or not _accepts_none(annotation):
+        return expects
+    return Optional[expects]  # noqa: UP045  # T may be a string or a TypeVar, which `| None` does not take
+
+
+def _accepts_none(annotation: Any) -> bool:
+    """Whether an annotation is ``X | None`` (or ``Optional[X]``), possibly inside ``Annotated``."""
+    if get_origin(annotation) is Annotated:
+        return _accepts_none(get_args(annotation)[0])
+    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
 
 
 def contains_callable(annotation: Any) -> bool:

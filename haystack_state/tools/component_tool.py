@@ -1,12 +1,15 @@
 """
-``ComponentTool``: a Haystack component as a tool, with its ``state`` socket injected and hidden from the model.
+``ComponentTool``: a Haystack component as a tool, with its ``state`` socket (and any input socket annotated
+``RunContext[T]``) injected and hidden from the model.
 
 It subclasses haystack-ai's ``ComponentTool``, so it keeps its invocation (``run``/``run_async``, with the model's
 JSON converted to the socket types), its warm-up and close hooks and its ``to_dict``/``from_dict``; and haystack's
 own ``Agent`` still injects its State into it. What changes:
 
 - the schema hides every input socket annotated with either State class (``State``, ``State | None``, ...), not only
-  haystack-ai's, as well as the sockets filled from state;
+  haystack-ai's, as well as the sockets filled from state and the sockets annotated ``RunContext[T]`` (they receive
+  the run's context; give such a socket a default, ``ctx: RunContext[T] | None = None``, if the component is also
+  used in a Pipeline, where nothing fills it);
 - the definition is checked up front and every problem is reported at once in a ``ToolDefinitionError``.
 
 The schema and the description are haystack-ai's: each input is described by the ``run`` docstring's ``:param:``
@@ -24,7 +27,7 @@ from haystack.core.pipeline.base import PipelineBase
 from haystack.tools.component_tool import ComponentTool as HaystackComponentTool
 
 from haystack_state.errors import ToolDefinitionError
-from haystack_state.tools.annotations import is_state_annotation
+from haystack_state.tools.annotations import context_deps_type, is_state_annotation
 from haystack_state.tools.coercion import binary_strings_to_bytes
 from haystack_state.tools.docstrings import parse_docstring
 from haystack_state.tools.parameters import EMPTY, ToolParameter, layout_parameters
@@ -241,9 +244,9 @@ class ComponentTool(HaystackComponentTool):
         return self._derived_schema
 
     def _convert_param(self, param_value: Any, param_type: type) -> Any:
-        # The injected State is passed as it is; haystack converts every other argument to its socket type, once the
-        # strings the model sent for bytes fields (ByteStream.data) are bytes.
-        if is_state_annotation(param_type):
+        # The injected State and RunContext are passed as they are; haystack converts every other argument to its
+        # socket type, once the strings the model sent for bytes fields (ByteStream.data) are bytes.
+        if is_state_annotation(param_type) or context_deps_type(param_type) is not None:
             return param_value
         return super()._convert_param(binary_strings_to_bytes(param_value, param_type), param_type)
 

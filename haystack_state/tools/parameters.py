@@ -6,6 +6,8 @@ A parameter is, in this order:
 - **filled from state** when ``inputs_from_state`` maps a state key to it;
 - **the State** when it is annotated ``State``, ``State | None``, ``Optional[State]`` or ``Annotated[State, ...]``
   (either State class, see :mod:`haystack_state.tools.annotations`);
+- **the run's context** when it is annotated ``RunContext[T]`` or a bare ``RunContext`` (also inside ``Optional``
+  or ``Annotated``): it receives the run's :class:`~haystack_state.runtime.RunContext`;
 - **the streaming callback** when it is named ``streaming_callback`` (it must have a default: the callback is
   passed only when streaming is on);
 - otherwise **visible**: it appears in the JSON schema the model sees. A parameter whose type cannot be described
@@ -17,6 +19,7 @@ Every problem found is collected (never raised one by one) so the caller can rep
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from typing import Any
 from haystack_state.tools.annotations import (
     annotation_description,
     contains_callable,
+    context_deps_type,
     is_state_annotation,
     resolve_annotations,
 )
@@ -87,6 +91,8 @@ class ParameterLayout:
     :param schema: The JSON schema of the visible parameters (what the model sees).
     :param visible: The names of the parameters the model fills, in signature order.
     :param state_params: The names of the parameters that receive the State object.
+    :param context_params: The parameters that receive the run's ``RunContext``, each with the ``T`` of its
+        ``RunContext[T]`` annotation (``Any`` for a bare ``RunContext``).
     :param hidden: Every parameter the model must not supply (all the named parameters that are not visible).
     :param streaming_callback: Whether the function takes a ``streaming_callback`` parameter.
     :param problems: The problems found, one sentence each, naming the tool and the parameter.
@@ -95,6 +101,7 @@ class ParameterLayout:
     schema: dict[str, Any]
     visible: tuple[str, ...] = ()
     state_params: tuple[str, ...] = ()
+    context_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     hidden: frozenset[str] = frozenset()
     streaming_callback: bool = False
     problems: tuple[str, ...] = ()
@@ -170,15 +177,21 @@ def layout_parameters(
     mapped = _mapped_parameters(inputs_from_state or {}, by_name, tool_name, problems)
 
     state_params: list[str] = []
+    context_params: dict[str, Any] = {}
     candidates: list[ToolParameter] = []
     has_callback = False
     for param in parameters:
         where = f"Tool '{tool_name}': parameter '{param.name}'"
+        expects = context_deps_type(param.annotation) if param.unresolved is None else None
         if param.name in mapped:
             if param.unresolved is None and param.annotation is not EMPTY and is_state_annotation(param.annotation):
                 problems.append(f"{where} receives the State object, so inputs_from_state cannot fill it.")
+            elif expects is not None:
+                problems.append(f"{where} receives the run's RunContext, so inputs_from_state cannot fill it.")
         elif param.unresolved is None and is_state_annotation(param.annotation):
             state_params.append(param.name)
+        elif expects is not None:
+            context_params[param.name] = expects
         elif param.name == STREAMING_CALLBACK:
             has_callback = True
             if param.required:
@@ -209,6 +222,7 @@ def layout_parameters(
         schema=schema,
         visible=tuple(param.name for param in visible),
         state_params=tuple(state_params),
+        context_params=context_params,
         hidden=frozenset(set(by_name) - {param.name for param in visible}),
         streaming_callback=has_callback,
         problems=tuple(problems),

@@ -11,7 +11,8 @@ signature of its function (or, for a component tool, the component's input socke
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from haystack.tools.component_tool import ComponentTool as HaystackComponentTool
@@ -20,7 +21,7 @@ from haystack.tools.toolset import Toolset
 from haystack.tools.utils import flatten_tools_or_toolsets
 
 from haystack_state.errors import ToolDefinitionError
-from haystack_state.tools.annotations import is_state_annotation
+from haystack_state.tools.annotations import context_deps_type, is_state_annotation
 from haystack_state.tools.component_tool import component_parameters
 from haystack_state.tools.parameters import STREAMING_CALLBACK, ToolParameter, function_parameters
 
@@ -34,10 +35,11 @@ class ToolSpec:
 
     To run a call: validate the model's arguments against ``parameters`` (and reject any in ``hidden_params``);
     for each ``state_key -> param`` of ``inputs_from_state``, pass the state value as ``param``; pass the live State
-    as every parameter of ``state_params``; pass the streaming callback as ``streaming_callback`` when
-    ``streaming_callback`` is true and there is one; call ``tool.invoke(**args)`` (or ``await
-    tool.invoke_async(**args)``, the only way when ``supports_sync`` is false); merge the result into the state
-    following ``outputs_to_state``; render it with ``outputs_to_string``. Compute the specs once per tool set.
+    as every parameter of ``state_params`` and the run's ``RunContext`` as every parameter of ``context_params``;
+    pass the streaming callback as ``streaming_callback`` when ``streaming_callback`` is true and there is one; call
+    ``tool.invoke(**args)`` (or ``await tool.invoke_async(**args)``, the only way when ``supports_sync`` is false);
+    merge the result into the state following ``outputs_to_state``; render it with ``outputs_to_string``. Compute the
+    specs once per tool set.
 
     :param name: The tool's name.
     :param description: The tool's description.
@@ -47,8 +49,8 @@ class ToolSpec:
     :param outputs_to_state: ``{"state_key": {"source": "output_key", "handler": fn}}`` (both keys optional; no
         ``source`` means the whole result).
     :param state_params: The parameters that receive the State object, in signature order.
-    :param hidden_params: Every parameter the model must not supply: the ones filled from state, the State ones,
-        ``streaming_callback``, and any other named parameter missing from the model's schema.
+    :param hidden_params: Every parameter the model must not supply: the ones filled from state, the State and
+        RunContext ones, ``streaming_callback``, and any other named parameter missing from the model's schema.
     :param parameter_names: The named parameters the tool's callable accepts (the input sockets of a component).
     :param required_params: Those of them without a default.
     :param accepts_any_keyword: Whether the callable also takes ``**kwargs`` (or has no inspectable signature).
@@ -59,6 +61,9 @@ class ToolSpec:
     :param tool: The tool itself.
     :param timeout: The tool's own timeout in seconds (``@tool(timeout=...)``, or a ``timeout`` attribute of any
         ``Tool``), or None.
+    :param context_params: The parameters that receive the run's ``RunContext``, each with the ``T`` of its
+        ``RunContext[T]`` annotation (``Any`` for a bare ``RunContext``), in signature order (see
+        :func:`~haystack_state.runtime.check_tool_deps`).
     """
 
     name: str
@@ -77,6 +82,7 @@ class ToolSpec:
     outputs_to_string: dict[str, Any] | None
     tool: Tool
     timeout: float | None = None
+    context_params: Mapping[str, Any] = field(default_factory=dict)
 
 
 def tool_spec(tool: Tool) -> ToolSpec:
@@ -114,9 +120,16 @@ def tool_spec(tool: Tool) -> ToolSpec:
         for param in params
         if param.unresolved is None and is_state_annotation(param.annotation) and param.name not in inputs_from_state
     )
+    context_params = {
+        param.name: expects
+        for param in params
+        if param.unresolved is None
+        and param.name not in inputs_from_state.values()
+        and (expects := context_deps_type(param.annotation)) is not None
+    }
     schema_properties = set(tool.parameters.get("properties", {}))
     hidden = {name for name in names if name not in schema_properties}
-    hidden |= set(inputs_from_state.values()) | set(state_params)
+    hidden |= set(inputs_from_state.values()) | set(state_params) | set(context_params)
     if STREAMING_CALLBACK in names:
         hidden.add(STREAMING_CALLBACK)
     return ToolSpec(
@@ -136,6 +149,7 @@ def tool_spec(tool: Tool) -> ToolSpec:
         outputs_to_string=dict(tool.outputs_to_string) if tool.outputs_to_string is not None else None,
         tool=tool,
         timeout=_timeout(tool),
+        context_params=context_params,
     )
 
 
