@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from haystack_state.server.streams import STREAM_MODES, SUPPORTED_STREAM_MODES
+
 __all__ = [
     "AssistantCount",
     "AssistantSearch",
@@ -24,22 +26,6 @@ __all__ = [
     "ThreadPatch",
     "ThreadSearch",
 ]
-
-SUPPORTED_STREAM_MODES = ("values",)
-STREAM_MODES = (
-    "values",
-    "messages",
-    "updates",
-    "events",
-    "tasks",
-    "checkpoints",
-    "debug",
-    "custom",
-    "messages-tuple",
-    "tools",
-    "lifecycle",
-)
-
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -132,7 +118,7 @@ class RunCreate(_Body):
         unsupported = [m for m in modes if m not in SUPPORTED_STREAM_MODES]
         if unsupported:
             raise ValueError(
-                f"stream mode(s) {unsupported} are not supported yet; supported: {', '.join(SUPPORTED_STREAM_MODES)}"
+                f"stream mode(s) {unsupported} are not supported; supported: {', '.join(SUPPORTED_STREAM_MODES)}"
             )
         return modes or ["values"]
 

@@ -9,8 +9,11 @@ clients wait for a run or follow its events, wherever it executes.
 - A worker task polls the queue (and is woken at once by runs submitted here), renews the leases of the runs it
   executes, and fails the runs whose worker stopped (their lease expired).
 - A run executing here keeps its events in memory while it runs (and a little after), so clients that join it, or
-  come back after a disconnect, get every event from the start. A run executing in another process is followed
-  through the database: its final values are sent when it ends.
+  come back after a disconnect, get every event from the start, in the stream modes they ask for (among the run's).
+  A run executing in another process is followed through the database: its final values are sent when it ends
+  (``values``; its other modes are not relayed between processes).
+- A run is cancelled at once if it executes here; otherwise a cancel request is written on its row, which the worker
+  that runs it polls. ``action="rollback"`` also restores the thread to where the run started and deletes the run.
 """
 
 from __future__ import annotations
@@ -29,14 +32,16 @@ from typing import Any, TypeVar
 
 import anyio
 
-from haystack_state.errors import CheckpointError
+from haystack_state.errors import CheckpointError, ThreadNotFoundError
+from haystack_state.persistence.delta import delete, replace
 from haystack_state.server.assistants import Assistant, Assistants
 from haystack_state.server.executor import RunExecutor, RunJob, RunOutcome, error_payload
 from haystack_state.server.storage import RunRecord, ServerStorage, now_text
+from haystack_state.server.streams import event_names
 from haystack_state.server.views import values_view
 from haystack_state.server.wire import values_from_wire
 
-__all__ = ["AtCapacity", "LiveRun", "NotCancellable", "RunManager"]
+__all__ = ["CANCEL_ACTIONS", "AtCapacity", "LiveRun", "RunManager", "rollback_thread"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,19 +53,30 @@ class AtCapacity(CheckpointError):
     """This process runs its maximum of concurrent runs; the request is refused (HTTP 429)."""
 
 
-class NotCancellable(CheckpointError):
-    """The run is running and cannot be stopped between steps yet."""
+CANCEL_ACTIONS = ("interrupt", "rollback")
 
 
 class LiveRun:
-    """The events of a run executing in this process, kept so that late and returning followers get them all."""
+    """
+    The events of a run executing in this process, kept so that late and returning followers get them all, and
+    the switch that cancels it.
+    """
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.events: list[Event] = []
         self.outcome: RunOutcome | None = None
         self.done = asyncio.Event()
+        #: Set to cancel the run; ``cancel_action`` says how.
+        self.stop = asyncio.Event()
+        self.cancel_action = "interrupt"
         self._new = asyncio.Event()
+
+    def cancel(self, action: str) -> None:
+        """Cancel the run (``interrupt``; ``rollback`` also restores its thread and deletes it)."""
+        if not self.stop.is_set() or action == "rollback":
+            self.cancel_action = action
+        self.stop.set()
 
     async def emit(self, event: str, data: Any) -> None:
         """Record an event and wake the followers."""
@@ -77,16 +93,29 @@ class LiveRun:
         new, self._new = self._new, asyncio.Event()
         new.set()
 
-    async def follow(self) -> AsyncIterator[Event]:
-        """Every event from the first, then the new ones as they come, until the run ends."""
+    async def follow(self, names: set[str] | None = None) -> AsyncIterator[Event]:
+        """
+        Every event from the first, then the new ones as they come, until the run ends.
+
+        :param names: Only events of these names (and errors); all of them if None. When ``values`` is asked for and
+            the run streamed none (it streams its end only), its final values come last.
+        """
         index = 0
+        sent_values = False
         while True:
             while index < len(self.events):
-                yield self.events[index]
+                event = self.events[index]
                 index += 1
+                if names is None or event[0] in names or event[0] == "error":
+                    sent_values = sent_values or event[0] == "values"
+                    yield event
             if self.done.is_set():
-                return
+                break
             await self._new.wait()
+        outcome = self.outcome
+        wants_values = names is None or "values" in names
+        if wants_values and not sent_values and outcome is not None and outcome.values is not None:
+            yield "values", outcome.values
 
 
 class RunManager:
@@ -227,7 +256,7 @@ class RunManager:
 
         async def execute() -> None:
             try:
-                live.finish(await self.executor.execute(job, live.emit))
+                live.finish(await self.executor.execute(job, live.emit, live.stop))
             finally:
                 self._slots -= 1
 
@@ -256,7 +285,13 @@ class RunManager:
                 await live.emit("error", payload)
                 outcome = RunOutcome("error", None, payload, "error")
             else:
-                outcome = await self.executor.execute(job, live.emit)
+                outcome = await self.executor.execute(job, live.emit, live.stop)
+            rollback = outcome.cancelled and live.cancel_action == "rollback"
+            if rollback and outcome.started:
+                try:
+                    outcome = await self._rollback(run, outcome)
+                except Exception:  # the thread stays as the cancelled run left it
+                    logger.exception("Could not roll back the thread of run %s", run.run_id)
             failure = json.dumps(outcome.error) if outcome.error is not None else None
             try:
                 await self.db(
@@ -265,6 +300,8 @@ class RunManager:
                     ),
                     write=True,
                 )
+                if rollback:
+                    await self.db(lambda: self.storage.delete_run(run.run_id), write=True)
             except Exception:  # the database went away: the lease expires and another worker reports the run
                 logger.exception("Could not record the end of run %s", run.run_id)
             live.finish(outcome)
@@ -272,6 +309,20 @@ class RunManager:
             self._slots -= 1
             self._notify()
             asyncio.get_running_loop().call_later(self.keep_seconds, self._live.pop, run.run_id, None)
+
+    async def _rollback(self, run: RunRecord, outcome: RunOutcome) -> RunOutcome:
+        """Restore a cancelled run's thread to the checkpoint it started from; the outcome then shows that state."""
+        assistant = self.assistants.resolve(run.assistant_id) or self.assistants.default
+        agent = assistant.agent
+        await self.db(lambda: rollback_thread(agent, run.thread_id, outcome.started_from, run.run_id), write=True)
+        try:
+            snapshot = await self.db(lambda: agent.get_state(run.thread_id))
+        except ThreadNotFoundError:
+            return dataclasses.replace(outcome, values={}, thread_status="idle")
+        values = values_view(snapshot)
+        return dataclasses.replace(
+            outcome, values=values, thread_status="interrupted" if "__interrupt__" in values else "idle"
+        )
 
     def job_for(self, run: RunRecord) -> RunJob:
         """
@@ -296,6 +347,7 @@ class RunManager:
                     await self._maintain()
                     next_renewal = loop.time() + renew_every
                 await self._claim_all()
+                await self._poll_cancels()
             except asyncio.CancelledError:
                 raise
             except Exception:  # the database is unreachable: log and try again at the next tick
@@ -322,6 +374,15 @@ class RunManager:
                 return
             self._launch(run)
 
+    async def _poll_cancels(self) -> None:
+        """Cancel the runs executing here that a client cancelled through another process."""
+        if not any(not live.done.is_set() for live in self._live.values()):
+            return
+        for run_id, action in await self.db(lambda: self.storage.cancel_requests(self.worker_id)):
+            live = self._live.get(run_id)
+            if live is not None and not live.done.is_set():
+                live.cancel(action)
+
     async def _maintain(self) -> None:
         running = [run_id for run_id in self._tasks if run_id in self._live]
         await self.db(lambda: self.storage.renew_leases(self.worker_id, running, self._lease()), write=True)
@@ -338,21 +399,34 @@ class RunManager:
         """
         Wait for a run to end.
 
-        :returns: ``("values", final values)`` or ``("error", {"error", "message"})``.
+        :returns: ``("values", the thread's values)`` or ``("error", {"error", "message"})``.
         """
-        final: tuple[str, Any] | None = None
-        async for event in self.events(run):
-            if event[0] in ("values", "error"):
-                final = event
-        assert final is not None
-        return final
-
-    async def events(self, run: RunRecord) -> AsyncIterator[Event]:
-        """The run's stream events: live if it executes here, else its final values once it ends."""
         while True:
             live = self._live.get(run.run_id)
             if live is not None:
-                async for event in live.follow():
+                await live.done.wait()
+                outcome = live.outcome
+                assert outcome is not None
+                if outcome.error is not None:
+                    return "error", outcome.error
+                return "values", outcome.values if outcome.values is not None else {}
+            current = await self.db(lambda: self.storage.get_run(run.run_id))
+            if current is None:
+                return "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
+            if current.done:
+                return await self.final_event(current)
+            await asyncio.sleep(self.poll_interval)
+
+    async def events(self, run: RunRecord, modes: list[str] | None = None) -> AsyncIterator[Event]:
+        """
+        The run's stream events, in ``modes`` (the run's own modes if None): live if it executes here, else its
+        final values once it ends.
+        """
+        names = event_names(modes if modes is not None else run.kwargs.get("stream_mode") or ["values"])
+        while True:
+            live = self._live.get(run.run_id)
+            if live is not None:
+                async for event in live.follow(names):
                     yield event
                 return
             current = await self.db(lambda: self.storage.get_run(run.run_id))
@@ -360,7 +434,9 @@ class RunManager:
                 yield "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
                 return
             if current.done:
-                yield await self.final_event(current)
+                final = await self.final_event(current)
+                if final[0] in names or final[0] == "error":
+                    yield final
                 return
             await asyncio.sleep(self.poll_interval)
 
@@ -381,23 +457,60 @@ class RunManager:
 
     # --- cancelling ------------------------------------------------------------------------------------------------
 
-    async def cancel(self, run: RunRecord) -> None:
+    async def cancel(self, run: RunRecord, action: str = "interrupt") -> None:
         """
-        Cancel a run: a pending one leaves the queue (status ``interrupted``).
+        Cancel a run: a pending one leaves the queue (status ``interrupted``; deleted with ``rollback``); a running
+        one stops before its next step (at once if it executes here, else when its worker polls the request). A
+        finished run is left as it is.
 
-        :raises NotCancellable: For a running run (it cannot be stopped between steps yet).
+        :param run: The run.
+        :param action: ``interrupt`` or ``rollback`` (also restore the thread to where the run started, and delete
+            the run).
         """
-        cancelled = await self.db(lambda: self.storage.cancel_pending(run.run_id), write=True)
-        if cancelled:
+        if action not in CANCEL_ACTIONS:
+            raise ValueError(f"cancel action must be one of {CANCEL_ACTIONS}, got {action!r}")
+        if await self.db(lambda: self.storage.cancel_pending(run.run_id), write=True):
+            if action == "rollback":
+                await self.db(lambda: self.storage.delete_run(run.run_id), write=True)
             return
-        current = await self.db(lambda: self.storage.get_run(run.run_id))
-        if current is not None and current.status == "running":
-            if run.run_id in self._live and await self.executor.cancel(run.run_id):
-                return
-            raise NotCancellable(
-                f"Run {run.run_id} is running; this server cannot stop a run between steps yet, so it will run to "
-                "its end. Pending runs can be cancelled."
-            )
+        live = self._live.get(run.run_id)
+        if live is not None and not live.done.is_set():
+            live.cancel(action)
+            return
+        await self.db(lambda: self.storage.request_cancel(run.run_id, action), write=True)
+
+
+def rollback_thread(agent: Any, thread_id: str, checkpoint_id: str | None, run_id: str) -> None:
+    """
+    Restore a thread to the values it had at ``checkpoint_id`` (a cancelled run's starting point) with a new
+    checkpoint on top of its head; with no checkpoint (the run was the thread's first), delete its checkpoints.
+
+    :param agent: The thread's Agent.
+    :param thread_id: The thread.
+    :param checkpoint_id: Where the run started.
+    :param run_id: The cancelled run (recorded in the new checkpoint's metadata).
+    """
+    checkpointer = agent.checkpointer
+    if checkpoint_id is None:
+        with contextlib.suppress(KeyError):
+            checkpointer.delete_thread(thread_id)
+        return
+    head = checkpointer.head(thread_id)
+    if head is None or head == checkpoint_id:
+        return
+    start = agent.get_state(thread_id, checkpoint_id)
+    now = agent.get_state(thread_id)
+    delta: dict[str, Any] = {key: replace(value) for key, value in start.values.items()}
+    delta.update({key: delete() for key in now.values if key not in start.values})
+    checkpointer.commit(
+        thread_id,
+        parent_id=head,
+        expected_head=head,
+        delta=delta,
+        step=start.checkpoint.step,
+        source="update",
+        metadata={**start.checkpoint.metadata, "rolled_back": {"run_id": run_id, "to": checkpoint_id}},
+    )
 
 
 def job_from_kwargs(run_id: str, assistant: Assistant, thread_id: str | None, kwargs: dict[str, Any]) -> RunJob:
@@ -411,8 +524,9 @@ def job_from_kwargs(run_id: str, assistant: Assistant, thread_id: str | None, kw
         messages=messages,
         inputs=values,
         decisions=kwargs.get("decisions"),
+        answers=kwargs.get("answers"),
         checkpoint_id=kwargs.get("checkpoint_id"),
-        stream_modes=tuple(kwargs.get("stream_mode") or ("values",)),
+        stream_modes=tuple(kwargs.get("stream_mode") or ()),
     )
 
 

@@ -59,6 +59,8 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE INDEX haystack_state_server_runs_thread ON {runs} (thread_id, run_id)",
         "CREATE UNIQUE INDEX haystack_state_server_runs_one_running ON {runs} (thread_id) WHERE status = 'running'",
     ),
+    # 2: a cancel request on a running run (``interrupt`` or ``rollback``), polled by the worker that runs it.
+    ("ALTER TABLE {runs} ADD COLUMN cancel TEXT",),
 ]
 
 _THREAD_COLUMNS = "t.thread_id, t.owner, t.assistant_id, t.metadata, t.status, t.created_at, t.updated_at"
@@ -451,6 +453,34 @@ class ServerStorage:
                 )
                 == 1
             )
+
+    def request_cancel(self, run_id: str, action: str) -> bool:
+        """
+        Ask the worker of a running run to stop it (it polls :meth:`cancel_requests`).
+
+        :param run_id: The run.
+        :param action: ``interrupt`` (stop; the thread keeps what the run committed) or ``rollback`` (stop, restore
+            the thread to where the run started, and delete the run).
+        :returns: Whether the run was running.
+        """
+        with self.database.transaction() as cur:
+            return (
+                cur.change(
+                    "UPDATE {runs} SET cancel = :action, updated_at = :at WHERE run_id = :id AND status = 'running'",
+                    {"action": action, "at": now_text(), "id": run_id},
+                )
+                == 1
+            )
+
+    def cancel_requests(self, worker: str) -> list[tuple[str, str]]:
+        """The ``(run_id, action)`` cancel requests on the runs a worker is running."""
+        with self.database.transaction(write=False) as cur:
+            rows = cur.rows(
+                "SELECT run_id, cancel FROM {runs} WHERE worker = :worker AND status = 'running' "
+                "AND cancel IS NOT NULL",
+                {"worker": worker},
+            )
+        return [(str(run_id), str(action)) for run_id, action in rows]
 
     def delete_run(self, run_id: str) -> bool:
         """Delete a run that is not running. Returns whether it was deleted."""

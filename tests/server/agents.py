@@ -64,20 +64,27 @@ def _delay(messages: list[ChatMessage]) -> float:
 
 @component
 class TestModel:
-    """The scripted model, slow on ``"sleep SECONDS"`` (awaiting in ``run_async``, as a real async client does)."""
+    """
+    The scripted model, slow on ``"sleep SECONDS"`` (awaiting in ``run_async``, as a real async client does); it
+    streams its replies in chunks to a streaming callback.
+    """
 
     def __init__(self) -> None:
         self.scripted = ScriptedChatGenerator(policy=policy)
 
     @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], tools: Any = None) -> dict[str, Any]:
+    def run(self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None) -> dict[str, Any]:
         time.sleep(_delay(messages))
-        return self.scripted.run(messages, tools=tools)  # type: ignore[no-any-return]
+        return self.scripted.run(messages, tools=tools, streaming_callback=streaming_callback)  # type: ignore[no-any-return]
 
     @component.output_types(replies=list[ChatMessage])
-    async def run_async(self, messages: list[ChatMessage], tools: Any = None) -> dict[str, Any]:
+    async def run_async(
+        self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None
+    ) -> dict[str, Any]:
         await asyncio.sleep(_delay(messages))
-        return await self.scripted.run_async(messages, tools=tools)  # type: ignore[no-any-return]
+        return await self.scripted.run_async(  # type: ignore[no-any-return]
+            messages, tools=tools, streaming_callback=streaming_callback
+        )
 
 
 SCHEMA = {"notes": {"type": list[str]}, "topic": {"type": str}}
