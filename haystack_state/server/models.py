@@ -67,7 +67,7 @@ class RunCreate(_Body):
     config: dict[str, Any] | None = None
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
-    stream_mode: str | list[str] = "values"
+    stream_mode: str | list[str] = Field(default="values", validate_default=True)
     stream_subgraphs: bool = False
     stream_resumable: bool = False
     interrupt_before: Literal["*"] | list[str] | None = None
