@@ -41,7 +41,7 @@ from haystack_state.server.streams import event_names
 from haystack_state.server.views import values_view
 from haystack_state.server.wire import values_from_wire
 
-__all__ = ["CANCEL_ACTIONS", "AtCapacity", "LiveRun", "RunManager", "rollback_thread"]
+__all__ = ["CANCEL_ACTIONS", "AtCapacity", "LiveRun", "RunManager", "close_cancelled_run", "rollback_thread"]
 
 logger = logging.getLogger(__name__)
 
@@ -292,6 +292,12 @@ class RunManager:
                     outcome = await self._rollback(run, outcome)
                 except Exception:  # the thread stays as the cancelled run left it
                     logger.exception("Could not roll back the thread of run %s", run.run_id)
+            elif outcome.cancelled and outcome.started:
+                agent = job.assistant.agent
+                try:
+                    await self.db(lambda: close_cancelled_run(agent, run.thread_id, run.run_id), write=True)
+                except Exception:  # the thread's next run continues the cancelled one instead
+                    logger.exception("Could not close the cancelled run %s on its thread", run.run_id)
             failure = json.dumps(outcome.error) if outcome.error is not None else None
             try:
                 await self.db(
@@ -478,6 +484,35 @@ class RunManager:
             live.cancel(action)
             return
         await self.db(lambda: self.storage.request_cancel(run.run_id, action), write=True)
+
+
+def close_cancelled_run(agent: Any, thread_id: str, run_id: str) -> None:
+    """
+    Mark a cancelled run as over on its thread, so that the thread takes new messages: its head (which the run
+    committed meaning to go on) gets a child checkpoint with the same values that does not continue it. A run
+    cancelled after the model asked for tools leaves those calls pending: then the thread is left as it is, and its
+    next run with no new messages runs them (the Agent refuses new messages before that).
+
+    :param agent: The thread's Agent.
+    :param thread_id: The thread.
+    :param run_id: The cancelled run (recorded in the new checkpoint's metadata).
+    """
+    try:
+        snapshot = agent.get_state(thread_id)
+    except ThreadNotFoundError:
+        return
+    meta = snapshot.checkpoint
+    if snapshot.pending_tool_calls or not meta.metadata.get("continues"):
+        return
+    agent.checkpointer.commit(
+        thread_id,
+        parent_id=meta.checkpoint_id,
+        expected_head=meta.checkpoint_id,
+        delta={},
+        step=meta.step,
+        source="update",
+        metadata={"cancelled": {"run_id": run_id}},
+    )
 
 
 def rollback_thread(agent: Any, thread_id: str, checkpoint_id: str | None, run_id: str) -> None:
