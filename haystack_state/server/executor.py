@@ -159,8 +159,14 @@ class AgentExecutor:
         cancelled = False
         try:
             async with self._limiter:
-                work = asyncio.ensure_future(self._follow(job, agent, thread_id, translator, emit))
-                stopper = asyncio.ensure_future(stop.wait())
+                started = asyncio.Event()
+                work = asyncio.ensure_future(self._follow(job, agent, thread_id, translator, emit, started))
+
+                async def stopped() -> None:  # a cancel takes effect once the run told where it started
+                    await stop.wait()
+                    await started.wait()
+
+                stopper = asyncio.ensure_future(stopped())
                 try:
                     await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -197,7 +203,7 @@ class AgentExecutor:
 
     @staticmethod
     async def _follow(
-        job: RunJob, agent: Agent, thread_id: str, translator: StreamTranslator, emit: Emit
+        job: RunJob, agent: Agent, thread_id: str, translator: StreamTranslator, emit: Emit, started: asyncio.Event
     ) -> None:
         """Run the job through the Agent's event stream, emitting what the translator makes of each event."""
         events: AsyncIterator[AgentEvent]
@@ -211,6 +217,7 @@ class AgentExecutor:
                 # This Agent resumes without events: the run streams its end only.
                 head = await agent.get_state_async(thread_id)
                 translator.started, translator.started_from = True, head.checkpoint.checkpoint_id
+                started.set()
                 await agent.resume_async(thread_id, **resume)
                 return
             events = agent.stream_async([], thread_id=thread_id, **resume)
@@ -226,3 +233,5 @@ class AgentExecutor:
                 )
             for name, data in translator.translate(event):
                 await emit(name, data)
+            if translator.started:
+                started.set()

@@ -27,6 +27,7 @@ __all__ = [
     "ThreadSearch",
 ]
 
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -292,7 +292,7 @@ class RunManager:
                     outcome = await self._rollback(run, outcome)
                 except Exception:  # the thread stays as the cancelled run left it
                     logger.exception("Could not roll back the thread of run %s", run.run_id)
-            elif outcome.cancelled and outcome.started:
+            elif outcome.cancelled:  # (its RunStarted event may not have been read when it was cancelled)
                 agent = job.assistant.agent
                 try:
                     await self.db(lambda: close_cancelled_run(agent, run.thread_id, run.run_id), write=True)

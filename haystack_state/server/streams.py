@@ -229,4 +229,3 @@ class StreamTranslator:
             "additional_kwargs": extra,
             "response_metadata": {"finish_reason": chunk.finish_reason} if chunk.finish_reason else {},
         }
-

@@ -25,13 +25,11 @@ def contents(values: dict[str, Any]) -> list[Any]:
     return [m["content"] for m in values["messages"] if m["type"] != "system"]
 
 
-def wait_for_status(client: Any, thread_id: str, run_id: str, status: str, timeout: float = 30) -> dict[str, Any]:
+def wait_for_input(client: Any, thread_id: str, text: str, timeout: float = 30) -> None:
+    """Wait until a run has committed its input (it is then calling the model)."""
     deadline = time.monotonic() + timeout
-    while True:
-        run = client.runs.get(thread_id, run_id)
-        if run["status"] == status:
-            return run
-        assert time.monotonic() < deadline, f"run {run_id} stayed {run['status']}, expected {status}"
+    while contents(client.threads.get_state(thread_id)["values"] or {"messages": []})[-1:] != [text]:
+        assert time.monotonic() < deadline, f"the run did not commit {text!r}"
         time.sleep(0.02)
 
 
@@ -84,7 +82,9 @@ def test_messages_stream_the_model_tokens(served: Served) -> None:
     assert "".join(c["content"] for c in answer) == 'Done: {"note": "a long cup of tea"}'
     assert answer[-1]["response_metadata"] == {"finish_reason": "stop"}
     [tool_message] = by_node["tools"]
-    assert tool_message["type"] == "tool" and tool_message["tool_call_id"] == call_chunks[0]["tool_call_chunks"][0]["id"]
+    assert (
+        tool_message["type"] == "tool" and tool_message["tool_call_id"] == call_chunks[0]["tool_call_chunks"][0]["id"]
+    )
     v2 = list(client.runs.stream(thread_id, "agent", input=human("hi"), stream_mode="messages-tuple", version="v2"))
     assert [p["type"] for p in v2][1:] == ["messages"] * len(v2[1:])
     assert "".join(p["data"][0]["content"] for p in v2[1:]) == "echo: hi"
@@ -122,7 +122,9 @@ def test_unsupported_modes_are_refused(served: Served) -> None:
 def test_an_interrupt_ends_the_values_and_updates(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
-    parts = list(client.runs.stream(thread_id, "agent", input=human("email ada@ex.org"), stream_mode=["values", "updates"]))
+    parts = list(
+        client.runs.stream(thread_id, "agent", input=human("email ada@ex.org"), stream_mode=["values", "updates"])
+    )
     last_values = [p.data for p in parts if p.event == "values"][-1]
     [interrupt] = last_values["__interrupt__"]
     assert interrupt["value"]["action_requests"][0]["args"] == {"to": "ada@ex.org"}
@@ -166,7 +168,7 @@ def test_cancel_a_running_run(served: Served) -> None:
     thread_id = client.threads.create()["thread_id"]
     client.runs.wait(thread_id, "agent", input=human("first"))
     run = client.runs.create(thread_id, "agent", input=human("sleep 30"))
-    wait_for_status(client, thread_id, run["run_id"], "running")
+    wait_for_input(client, thread_id, "sleep 30")
     client.runs.cancel(thread_id, run["run_id"], wait=True)
     assert client.runs.get(thread_id, run["run_id"])["status"] == "interrupted"
     values = client.runs.join(thread_id, run["run_id"])  # the thread's state: what the run committed
@@ -195,7 +197,7 @@ def test_cancel_with_rollback_restores_the_thread(served: Served) -> None:
     before = client.runs.wait(thread_id, "agent", input=human("first"))
     head = client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"]
     run = client.runs.create(thread_id, "agent", input={**human("sleep 30"), "topic": "tea"})
-    wait_for_status(client, thread_id, run["run_id"], "running")
+    wait_for_input(client, thread_id, "sleep 30")
     client.runs.cancel(thread_id, run["run_id"], wait=True, action="rollback")
     with pytest.raises(NotFoundError):  # the run is deleted
         client.runs.get(thread_id, run["run_id"])
