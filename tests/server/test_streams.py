@@ -11,9 +11,15 @@ import time
 from typing import Any
 
 import pytest
+from haystack.dataclasses import ChatMessage
+from langgraph_sdk import get_sync_client
 from langgraph_sdk.errors import NotFoundError, UnprocessableEntityError
 
-from server.conftest import Served
+from haystack_state import Agent, ToolDefinitionError, tool
+from haystack_state.runtime import RunContext
+from haystack_state.server import create_app
+from haystack_state.testing import ScriptedChatGenerator
+from server.conftest import Backend, LiveServer, Served
 
 
 def human(text: str) -> dict[str, Any]:
@@ -256,3 +262,31 @@ def test_plain_http_clients_get_server_sent_events(served: Served) -> None:
     assert response.headers["content-type"].startswith("text/event-stream")
     events = [line.removeprefix("event: ") for line in response.text.splitlines() if line.startswith("event: ")]
     assert events == ["metadata", "updates", "updates"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_custom_events_from_a_tool(backend: Backend) -> None:
+    try:
+
+        @tool
+        def progress(steps: int, ctx: RunContext) -> str:
+            """Work in steps, reporting each."""
+            for step in range(steps):
+                ctx.emit("progress", {"step": step, "of": steps})
+            return "worked"
+
+    except ToolDefinitionError as error:
+        pytest.skip(f"tools cannot take a RunContext in this version of the Agent yet: {error}")
+
+    def policy(messages: list[ChatMessage], tools: Any) -> Any:
+        last = messages[-1]
+        return "finished" if last.tool_call_result is not None else [("progress", {"steps": 3})]
+
+    agent = Agent(ScriptedChatGenerator(policy=policy), tools=[progress], checkpointer=backend.checkpointer())
+    with LiveServer(create_app({"agent": agent})) as live, get_sync_client(url=live.url, api_key=None) as client:
+        thread_id = client.threads.create()["thread_id"]
+        parts = list(client.runs.stream(thread_id, "agent", input=human("go"), stream_mode=["custom", "updates"]))
+    custom = [p.data for p in parts if p.event == "custom"]
+    assert custom == [{"name": "progress", "data": {"step": step, "of": 3}} for step in range(3)]
+    events = [p.event for p in parts]
+    assert events.index("custom") < len(events) - 1 - events[::-1].index("updates")  # before the tools' update
