@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -70,6 +71,9 @@ class LiveRun:
         #: Set to cancel the run; ``cancel_action`` says how.
         self.stop = asyncio.Event()
         self.cancel_action = "interrupt"
+        #: Whether a follower in another process asked for the events, and how many are written to the database.
+        self.relay = False
+        self.relayed = 0
         self._new = asyncio.Event()
 
     def cancel(self, action: str) -> None:
@@ -300,6 +304,8 @@ class RunManager:
                     logger.exception("Could not close the cancelled run %s on its thread", run.run_id)
             failure = json.dumps(outcome.error) if outcome.error is not None else None
             try:
+                if live.relay:  # every event is in the database before the run is seen to end
+                    await self._flush(live)
                 await self.db(
                     lambda: self.storage.finish_run(
                         run.run_id, outcome.status, thread_status=outcome.thread_status, error=failure
@@ -353,7 +359,7 @@ class RunManager:
                     await self._maintain()
                     next_renewal = loop.time() + renew_every
                 await self._claim_all()
-                await self._poll_cancels()
+                await self._poll_requests()
             except asyncio.CancelledError:
                 raise
             except Exception:  # the database is unreachable: log and try again at the next tick
@@ -380,19 +386,41 @@ class RunManager:
                 return
             self._launch(run)
 
-    async def _poll_cancels(self) -> None:
-        """Cancel the runs executing here that a client cancelled through another process."""
-        if not any(not live.done.is_set() for live in self._live.values()):
+    async def _poll_requests(self) -> None:
+        """
+        Serve the requests on the runs executing here that came through other processes: cancel the cancelled ones,
+        and write the events of the followed ones to the database.
+        """
+        running = [live for live in self._live.values() if not live.done.is_set()]
+        if not running:
             return
-        for run_id, action in await self.db(lambda: self.storage.cancel_requests(self.worker_id)):
+        for run_id, action, relay in await self.db(lambda: self.storage.requests(self.worker_id)):
             live = self._live.get(run_id)
-            if live is not None and not live.done.is_set():
+            if live is None or live.done.is_set():
+                continue
+            if action is not None:
                 live.cancel(action)
+            live.relay = live.relay or relay
+        for live in running:
+            if live.relay:
+                await self._flush(live)
+
+    async def _flush(self, live: LiveRun) -> None:
+        """Write a followed run's new events to the database."""
+        events = live.events[live.relayed :]
+        if not events:
+            return
+        first = live.relayed
+        rows = [(name, json.dumps(data, ensure_ascii=False, separators=(",", ":"))) for name, data in events]
+        await self.db(lambda: self.storage.relay_events(live.run_id, first, rows), write=True)
+        live.relayed = first + len(rows)
 
     async def _maintain(self) -> None:
         running = [run_id for run_id in self._tasks if run_id in self._live]
         await self.db(lambda: self.storage.renew_leases(self.worker_id, running, self._lease()), write=True)
         expired = await self.db(self.storage.expire_leases, write=True)
+        kept = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=self.keep_seconds)).isoformat(timespec="microseconds")
+        await self.db(lambda: self.storage.forget_relayed(kept), write=True)
         if expired:
             logger.warning("Runs %s lost their worker (lease expired); they are marked as failed", expired)
 
@@ -425,10 +453,12 @@ class RunManager:
 
     async def events(self, run: RunRecord, modes: list[str] | None = None) -> AsyncIterator[Event]:
         """
-        The run's stream events, in ``modes`` (the run's own modes if None): live if it executes here, else its
-        final values once it ends.
+        The run's stream events, in ``modes`` (the run's own modes if None), from its first: live if it executes
+        here, else relayed through the database by the process that runs it (see the module docstring). When
+        ``values`` is asked for and none came, the thread's values at the run's end come last.
         """
         names = event_names(modes if modes is not None else run.kwargs.get("stream_mode") or ["values"])
+        after, asked, sent = -1, False, set()
         while True:
             live = self._live.get(run.run_id)
             if live is not None:
@@ -439,10 +469,20 @@ class RunManager:
             if current is None:
                 yield "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
                 return
+            if current.status == "running" and not asked:
+                await self.db(lambda: self.storage.request_relay(run.run_id), write=True)
+                asked = True
+            while rows := await self.db(functools.partial(self.storage.relayed_events, run.run_id, after)):
+                for seq, name, data in rows:
+                    after = seq
+                    if name in names or name == "error":
+                        sent.add(name)
+                        yield name, json.loads(data)
             if current.done:
-                final = await self.final_event(current)
-                if final[0] in names or final[0] == "error":
-                    yield final
+                if "error" not in sent and ("values" not in sent or current.status == "error"):
+                    final = await self.final_event(current)
+                    if final[0] in names or final[0] == "error":
+                        yield final
                 return
             await asyncio.sleep(self.poll_interval)
 

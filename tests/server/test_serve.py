@@ -77,8 +77,8 @@ def test_two_processes_stream_cancel_and_resume(backend: Backend) -> None:
             assert {p.event for p in parts} == {"metadata", *modes}
             assert parts[-1].event == "values" and parts[-1].data == b.threads.get_state(thread_id)["values"]
 
-            # A streamed run on the first process, its client gone, joined through the second: its final values
-            # (the other modes stay in the process that runs it).
+            # A streamed run on the first process, its client gone, joined through the second: every event, from
+            # the first (relayed through the database).
             thread_id = a.threads.create()["thread_id"]
             with (
                 httpx.Client(base_url=first.url, timeout=30) as http,
@@ -91,9 +91,13 @@ def test_two_processes_stream_cancel_and_resume(backend: Backend) -> None:
                 run_id = response.headers["content-location"].rsplit("/", 1)[1]
                 assert next(response.iter_lines()) == "event: metadata"
             joined = list(b.runs.join_stream(thread_id, run_id))
-            assert [p.event for p in joined] == ["metadata", "values"]
-            assert contents(joined[1].data) == ["sleep 0.5", "slept 0.5"]
+            events = [p.event for p in joined]
+            assert events[:3] == ["metadata", "updates", "values"] and events[-2:] == ["updates", "values"]
+            assert contents(joined[2].data) == ["sleep 0.5"] and contents(joined[-1].data) == ["sleep 0.5", "slept 0.5"]
+            assert "".join(p.data[0]["content"] for p in joined if p.event == "messages") == "slept 0.5"
             assert b.runs.get(thread_id, run_id)["status"] == "success"
+            only_updates = list(b.runs.join_stream(thread_id, run_id, stream_mode="updates"))  # a finished run
+            assert [p.event for p in only_updates] == ["metadata", "updates", "updates"]
 
             # A run executing in the first process, cancelled through the second.
             thread_id = a.threads.create()["thread_id"]
