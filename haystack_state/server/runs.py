@@ -34,92 +34,24 @@ from typing import Any, TypeVar
 import anyio
 
 from haystack_state.errors import CheckpointError, ThreadNotFoundError
-from haystack_state.persistence.delta import delete, replace
 from haystack_state.server.assistants import Assistant, Assistants
+from haystack_state.server.cancelling import CANCEL_ACTIONS, close_cancelled_run, rollback_thread
 from haystack_state.server.executor import RunExecutor, RunJob, RunOutcome, error_payload
+from haystack_state.server.live import Event, LiveRun
 from haystack_state.server.storage import RunRecord, ServerStorage, now_text
 from haystack_state.server.streams import event_names
 from haystack_state.server.views import values_view
 from haystack_state.server.wire import values_from_wire
 
-__all__ = ["CANCEL_ACTIONS", "AtCapacity", "LiveRun", "RunManager", "close_cancelled_run", "rollback_thread"]
+__all__ = ["AtCapacity", "Event", "LiveRun", "RunManager", "job_from_kwargs", "new_run"]
 
 logger = logging.getLogger(__name__)
 
-Event = tuple[str, Any]
 T = TypeVar("T")
 
 
 class AtCapacity(CheckpointError):
     """This process runs its maximum of concurrent runs; the request is refused (HTTP 429)."""
-
-
-CANCEL_ACTIONS = ("interrupt", "rollback")
-
-
-class LiveRun:
-    """
-    The events of a run executing in this process, kept so that late and returning followers get them all, and
-    the switch that cancels it.
-    """
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        self.events: list[Event] = []
-        self.outcome: RunOutcome | None = None
-        self.done = asyncio.Event()
-        #: Set to cancel the run; ``cancel_action`` says how.
-        self.stop = asyncio.Event()
-        self.cancel_action = "interrupt"
-        #: Whether a follower in another process asked for the events, and how many are written to the database.
-        self.relay = False
-        self.relayed = 0
-        self._new = asyncio.Event()
-
-    def cancel(self, action: str) -> None:
-        """Cancel the run (``interrupt``; ``rollback`` also restores its thread and deletes it)."""
-        if not self.stop.is_set() or action == "rollback":
-            self.cancel_action = action
-        self.stop.set()
-
-    async def emit(self, event: str, data: Any) -> None:
-        """Record an event and wake the followers."""
-        self.events.append((event, data))
-        self._wake()
-
-    def finish(self, outcome: RunOutcome) -> None:
-        """Record the run's end."""
-        self.outcome = outcome
-        self.done.set()
-        self._wake()
-
-    def _wake(self) -> None:
-        new, self._new = self._new, asyncio.Event()
-        new.set()
-
-    async def follow(self, names: set[str] | None = None) -> AsyncIterator[Event]:
-        """
-        Every event from the first, then the new ones as they come, until the run ends.
-
-        :param names: Only events of these names (and errors); all of them if None. When ``values`` is asked for and
-            the run streamed none (it streams its end only), its final values come last.
-        """
-        index = 0
-        sent_values = False
-        while True:
-            while index < len(self.events):
-                event = self.events[index]
-                index += 1
-                if names is None or event[0] in names or event[0] == "error":
-                    sent_values = sent_values or event[0] == "values"
-                    yield event
-            if self.done.is_set():
-                break
-            await self._new.wait()
-        outcome = self.outcome
-        wants_values = names is None or "values" in names
-        if wants_values and not sent_values and outcome is not None and outcome.values is not None:
-            yield "values", outcome.values
 
 
 class RunManager:
@@ -524,68 +456,6 @@ class RunManager:
             live.cancel(action)
             return
         await self.db(lambda: self.storage.request_cancel(run.run_id, action), write=True)
-
-
-def close_cancelled_run(agent: Any, thread_id: str, run_id: str) -> None:
-    """
-    Mark a cancelled run as over on its thread, so that the thread takes new messages: its head (which the run
-    committed meaning to go on) gets a child checkpoint with the same values that does not continue it. A run
-    cancelled after the model asked for tools leaves those calls pending: then the thread is left as it is, and its
-    next run with no new messages runs them (the Agent refuses new messages before that).
-
-    :param agent: The thread's Agent.
-    :param thread_id: The thread.
-    :param run_id: The cancelled run (recorded in the new checkpoint's metadata).
-    """
-    try:
-        snapshot = agent.get_state(thread_id)
-    except ThreadNotFoundError:
-        return
-    meta = snapshot.checkpoint
-    if snapshot.pending_tool_calls or not meta.metadata.get("continues"):
-        return
-    agent.checkpointer.commit(
-        thread_id,
-        parent_id=meta.checkpoint_id,
-        expected_head=meta.checkpoint_id,
-        delta={},
-        step=meta.step,
-        source="update",
-        metadata={"cancelled": {"run_id": run_id}},
-    )
-
-
-def rollback_thread(agent: Any, thread_id: str, checkpoint_id: str | None, run_id: str) -> None:
-    """
-    Restore a thread to the values it had at ``checkpoint_id`` (a cancelled run's starting point) with a new
-    checkpoint on top of its head; with no checkpoint (the run was the thread's first), delete its checkpoints.
-
-    :param agent: The thread's Agent.
-    :param thread_id: The thread.
-    :param checkpoint_id: Where the run started.
-    :param run_id: The cancelled run (recorded in the new checkpoint's metadata).
-    """
-    checkpointer = agent.checkpointer
-    if checkpoint_id is None:
-        with contextlib.suppress(KeyError):
-            checkpointer.delete_thread(thread_id)
-        return
-    head = checkpointer.head(thread_id)
-    if head is None or head == checkpoint_id:
-        return
-    start = agent.get_state(thread_id, checkpoint_id)
-    now = agent.get_state(thread_id)
-    delta: dict[str, Any] = {key: replace(value) for key, value in start.values.items()}
-    delta.update({key: delete() for key in now.values if key not in start.values})
-    checkpointer.commit(
-        thread_id,
-        parent_id=head,
-        expected_head=head,
-        delta=delta,
-        step=start.checkpoint.step,
-        source="update",
-        metadata={**start.checkpoint.metadata, "rolled_back": {"run_id": run_id, "to": checkpoint_id}},
-    )
 
 
 def job_from_kwargs(run_id: str, assistant: Assistant, thread_id: str | None, kwargs: dict[str, Any]) -> RunJob:
