@@ -236,6 +236,8 @@ class RunManager:
                     logger.exception("Could not close the cancelled run %s on its thread", run.run_id)
             failure = json.dumps(outcome.error) if outcome.error is not None else None
             try:
+                if live.events and not live.relay:  # asked for since the last poll?
+                    live.relay = await self.db(lambda: self.storage.relay_requested(run.run_id))
                 if live.relay:  # every event is in the database before the run is seen to end
                     await self._flush(live)
                 await self.db(

@@ -508,6 +508,12 @@ class ServerStorage:
                 {"id": run_id},
             )
 
+    def relay_requested(self, run_id: str) -> bool:
+        """Whether a follower in another process asked for a run's events."""
+        with self.database.transaction(write=False) as cur:
+            rows = cur.rows("SELECT relay FROM {runs} WHERE run_id = :id", {"id": run_id})
+        return bool(rows and rows[0][0])
+
     def relay_events(self, run_id: str, first_seq: int, events: Sequence[tuple[str, str]]) -> None:
         """
         Write a run's stream events, numbered from ``first_seq``.

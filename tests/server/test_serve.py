@@ -85,7 +85,7 @@ def test_two_processes_stream_cancel_and_resume(backend: Backend) -> None:
                 http.stream(
                     "POST",
                     f"/threads/{thread_id}/runs/stream",
-                    json={"assistant_id": "agent", "input": human("sleep 0.5"), "stream_mode": modes},
+                    json={"assistant_id": "agent", "input": human("sleep 2"), "stream_mode": modes},
                 ) as response,
             ):
                 run_id = response.headers["content-location"].rsplit("/", 1)[1]
@@ -93,8 +93,8 @@ def test_two_processes_stream_cancel_and_resume(backend: Backend) -> None:
             joined = list(b.runs.join_stream(thread_id, run_id))
             events = [p.event for p in joined]
             assert events[:3] == ["metadata", "updates", "values"] and events[-2:] == ["updates", "values"]
-            assert contents(joined[2].data) == ["sleep 0.5"] and contents(joined[-1].data) == ["sleep 0.5", "slept 0.5"]
-            assert "".join(p.data[0]["content"] for p in joined if p.event == "messages") == "slept 0.5"
+            assert contents(joined[2].data) == ["sleep 2"] and contents(joined[-1].data) == ["sleep 2", "slept 2"]
+            assert "".join(p.data[0]["content"] for p in joined if p.event == "messages") == "slept 2"
             assert b.runs.get(thread_id, run_id)["status"] == "success"
             only_updates = list(b.runs.join_stream(thread_id, run_id, stream_mode="updates"))  # a finished run
             assert [p.event for p in only_updates] == ["metadata", "updates", "updates"]
