@@ -1,7 +1,9 @@
 """
 What the Agent Protocol server costs: runs per second and per-run latency through HTTP (``POST
 /threads/{id}/runs/wait`` from 50 concurrent clients, LangGraph's SDK's endpoint) next to calling
-``Agent.run_async`` directly in-process with the same concurrency, on the same agent and the same SQLite database.
+``Agent.run_async`` directly in-process with the same concurrency, on the same agent and the same SQLite database;
+and the same runs through ``runs/stream`` with the ``values``, ``updates`` and ``messages`` modes (the client reads
+every event; the model streams its reply in chunks).
 
 The model answers in text after 50 ms (``asyncio.sleep`` in ``run_async``, ``time.sleep`` in ``run``), so a run is
 one model call and two checkpoint commits (the input, the reply). The server runs in a process of its own (as
@@ -31,7 +33,7 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 import httpx
 from haystack import component
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from haystack_state import Agent
 from haystack_state.persistence import SQLiteCheckpointer
@@ -43,16 +45,26 @@ DROPPED: list[int] = []  # requests whose connection dropped (reported, not coun
 
 @component
 class SlowChatGenerator:
-    """A model that answers ``"ok"`` after ``LATENCY`` seconds."""
+    """A model that answers ``"ok"`` after ``LATENCY`` seconds (in two chunks, to a streaming callback)."""
 
     @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], tools: Any = None) -> dict[str, list[ChatMessage]]:
+    def run(
+        self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None
+    ) -> dict[str, list[ChatMessage]]:
         time.sleep(LATENCY)
+        if streaming_callback is not None:
+            for text in ("o", "k"):
+                streaming_callback(StreamingChunk(content=text))
         return {"replies": [ChatMessage.from_assistant("ok")]}
 
     @component.output_types(replies=list[ChatMessage])
-    async def run_async(self, messages: list[ChatMessage], tools: Any = None) -> dict[str, list[ChatMessage]]:
+    async def run_async(
+        self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None
+    ) -> dict[str, list[ChatMessage]]:
         await asyncio.sleep(LATENCY)
+        if streaming_callback is not None:
+            for text in ("o", "k"):
+                await streaming_callback(StreamingChunk(content=text))
         return {"replies": [ChatMessage.from_assistant("ok")]}
 
 
@@ -103,6 +115,39 @@ async def through_http(url: str, runs: int) -> tuple[float, list[float]]:
                 latencies.append(time.perf_counter() - started)
                 response.raise_for_status()
                 assert response.json()["messages"][-1]["content"] == "ok"
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client(n) for n in range(CLIENTS)))
+    return time.perf_counter() - started, latencies
+
+
+async def through_http_stream(url: str, runs: int) -> tuple[float, list[float]]:
+    """``runs/stream`` (values, updates, messages) with ``CLIENTS`` concurrent clients, reading every event."""
+    latencies: list[float] = []
+    queue = list(range(runs))
+    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+        threads = [(await http.post("/threads", json={})).json()["thread_id"] for _ in range(CLIENTS)]
+
+        async def client(number: int) -> None:
+            while queue:
+                index = queue.pop()
+                body = {
+                    "assistant_id": "agent",
+                    "input": {"messages": [{"type": "human", "content": f"hi {index}"}]},
+                    "stream_mode": ["values", "updates", "messages"],
+                }
+                started = time.perf_counter()
+                try:
+                    async with http.stream("POST", f"/threads/{threads[number]}/runs/stream", json=body) as response:
+                        response.raise_for_status()
+                        names = [line async for line in response.aiter_lines() if line.startswith("event: ")]
+                except (httpx.ReadError, httpx.RemoteProtocolError):
+                    DROPPED.append(index)
+                    continue
+                latencies.append(time.perf_counter() - started)
+                # metadata; the input's update and values; two chunks; the reply's update and values
+                assert len(names) == 7 and names[-1] == "event: values", names
 
         started = time.perf_counter()
         await asyncio.gather(*(client(n) for n in range(CLIENTS)))
@@ -193,6 +238,7 @@ def main() -> None:
         try:
             asyncio.run(through_http(url, CLIENTS))  # warm up
             served = report("HTTP POST /threads/{id}/runs/wait", *asyncio.run(through_http(url, runs)))
+            streamed = report("HTTP runs/stream (3 modes)", *asyncio.run(through_http_stream(url, runs)))
             floor = report("HTTP GET /ok (the HTTP floor)", *asyncio.run(http_floor(url, runs)))
         finally:
             process.terminate()
@@ -200,6 +246,11 @@ def main() -> None:
     print(
         f"overhead per run: p50 {served['p50'] - base['p50']:+.1f} ms, p99 {served['p99'] - base['p99']:+.1f} ms; "
         f"throughput {served['runs/s'] / base['runs/s']:.2f}x of in-process"
+    )
+    print(
+        f"streamed (values, updates, messages): p50 {streamed['p50'] - base['p50']:+.1f} ms, "
+        f"p99 {streamed['p99'] - base['p99']:+.1f} ms over in-process; "
+        f"throughput {streamed['runs/s'] / base['runs/s']:.2f}x of in-process"
     )
     if DROPPED:
         print(f"{len(DROPPED)} request(s) lost their connection and are not counted")

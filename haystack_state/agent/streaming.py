@@ -232,13 +232,15 @@ class StreamMethods:
                 deliver(_DONE)
 
         task = asyncio.ensure_future(work())
+        failed = False
         try:
             while (item := await events.get()) is not _DONE:
                 if isinstance(item, _Raised):
+                    failed = True  # the run is over: let it release its thread rather than cancel that
                     raise item.error
                 yield item
         finally:
-            if not task.done():
+            if not task.done() and not failed:
                 control.cancel()
                 task.cancel()
             with contextlib.suppress(BaseException):

@@ -29,12 +29,12 @@ from haystack_state.persistence.base import Checkpointer
 from haystack_state.server.assistants import Assistants
 from haystack_state.server.context import Auth, Limits, Server
 from haystack_state.server.database import database_for
-from haystack_state.server.executor import FinalValuesExecutor
+from haystack_state.server.executor import AgentExecutor
 from haystack_state.server.routers import assistants as assistants_router
 from haystack_state.server.routers import runs as runs_router
 from haystack_state.server.routers import store as store_router
 from haystack_state.server.routers import threads as threads_router
-from haystack_state.server.runs import AtCapacity, NotCancellable, RunManager
+from haystack_state.server.runs import AtCapacity, RunManager
 from haystack_state.server.storage import QueueFull, ServerStorage, ThreadBusy
 from haystack_state.server.stores import store_for
 from haystack_state.server.wire import WireError
@@ -88,7 +88,7 @@ def create_app(
     manager = RunManager(
         storage,
         registry,
-        FinalValuesExecutor(limits.max_concurrent_runs),
+        AgentExecutor(limits.max_concurrent_runs),
         max_concurrent_runs=limits.max_concurrent_runs,
         max_pending_runs=limits.max_pending_runs,
         poll_interval=poll_interval,
@@ -172,7 +172,6 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ThreadBusy)
     @app.exception_handler(ThreadConflictError)
-    @app.exception_handler(NotCancellable)
     async def conflict(_: Request, error: Exception) -> JSONResponse:
         return detail(409, str(error))
 

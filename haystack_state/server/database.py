@@ -3,8 +3,8 @@ The server's connection to the checkpointer's database: SQLite (a file, or priva
 checkpointer) or PostgreSQL (the checkpointer's schema), behind one small interface so that the server's SQL is
 written once (see :mod:`haystack_state.server.storage`).
 
-Queries use ``:name`` parameters and ``{threads}``, ``{runs}``, ``{migrations}`` table placeholders; each backend
-turns them into its own parameter style and (schema-qualified) table names.
+Queries use ``:name`` parameters and ``{threads}``, ``{runs}``, ``{run_events}``, ``{migrations}`` table
+placeholders; each backend turns them into its own parameter style and (schema-qualified) table names.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ __all__ = ["Database", "PostgresDatabase", "SQLiteDatabase", "UniqueViolation", 
 TABLES = {
     "threads": "haystack_state_server_threads",
     "runs": "haystack_state_server_runs",
+    "run_events": "haystack_state_server_run_events",
     "migrations": "haystack_state_server_migrations",
 }
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")

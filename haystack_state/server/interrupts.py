@@ -16,10 +16,15 @@ checkpoint and whose value follows LangChain's human-in-the-loop shape::
 - ``{call_id: "approve" | "reject" | {"arguments": {...}} | one of the decisions above}``: by call id (the Agent's
   own shape);
 - ``{interrupt_id: any of the above}``: keyed by the interrupt's id.
+
+A tool that asks a human (``interrupt(value)`` inside the tool, when the Agent supports it) makes an interrupt of its
+own, ``{"id": interrupt_id, "value": value}``; ``command.resume`` answers it with ``{interrupt_id: answer}`` (or with
+the bare answer when it is the only one), which goes to ``Agent.resume(thread_id, answers=...)``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,38 +33,177 @@ from haystack.dataclasses import ToolCall
 from haystack_state.agent.session import ThreadSnapshot, apply_decisions
 from haystack_state.server.wire import WireError
 
-__all__ = ["ALLOWED_DECISIONS", "decisions_from_resume", "interrupt_of"]
+__all__ = [
+    "ALLOWED_DECISIONS",
+    "Resume",
+    "decisions_from_resume",
+    "interrupt_from_requests",
+    "interrupts_of",
+    "pending_requests",
+    "resume_from_command",
+]
 
 ALLOWED_DECISIONS = ["approve", "edit", "reject"]
 FIELD = "command.resume"
 
 
-def interrupt_of(snapshot: ThreadSnapshot) -> dict[str, Any] | None:
+def pending_requests(snapshot: ThreadSnapshot) -> list[dict[str, Any]]:
     """
-    The interrupt a thread waits on, or None if it is not interrupted.
+    The requests a thread waits on, as JSON-ready dicts (``id``, ``kind``, ``tool_name``, ``call_id``, ``value``), the
+    shape of the Agent's ``Interrupted`` event: one ``before`` request per pending call of an ``interrupt_before``
+    tool (its id is the call's), and the in-tool interrupts (``interrupt(value)`` in a tool; their ids are the
+    Agent's) when the Agent reports them on its snapshots (``ThreadSnapshot.pending_interrupts``).
 
     :param snapshot: The thread's head.
-    :returns: ``{"id": ..., "value": {"action_requests": [...], "review_configs": [...]}}``.
+    :returns: The requests, in order (none if the thread is not interrupted).
     """
-    if not snapshot.interrupted:
-        return None
-    calls = snapshot.pending_tool_calls
-    names = list(dict.fromkeys(call.tool_name for call in calls))
+    requests: list[dict[str, Any]] = []
+    if snapshot.interrupted:
+        requests.extend(
+            {"id": call.id, "kind": "before", "tool_name": call.tool_name, "call_id": call.id, "value": call.arguments}
+            for call in snapshot.pending_tool_calls
+        )
+    seen = {request["id"] for request in requests}
+    for item in getattr(snapshot, "pending_interrupts", None) or []:
+        request = _as_request(item)
+        if request["id"] not in seen:
+            seen.add(request["id"])
+            requests.append(request)
+    return requests
+
+
+def _as_request(item: Any) -> dict[str, Any]:
+    if hasattr(item, "to_dict"):
+        item = item.to_dict()
+    elif not isinstance(item, Mapping):
+        item = {name: getattr(item, name, None) for name in ("id", "kind", "tool_name", "call_id", "value")}
     return {
-        "id": snapshot.checkpoint.checkpoint_id,
-        "value": {
-            "action_requests": [
-                {
-                    "name": call.tool_name,
-                    "args": dict(call.arguments),
-                    "id": call.id,
-                    "description": f"Tool execution pending approval: {call.tool_name}",
-                }
-                for call in calls
-            ],
-            "review_configs": [{"action_name": name, "allowed_decisions": list(ALLOWED_DECISIONS)} for name in names],
-        },
+        "id": item.get("id"),
+        "kind": item.get("kind", "interrupt"),
+        "tool_name": item.get("tool_name"),
+        "call_id": item.get("call_id"),
+        "value": item.get("value"),
     }
+
+
+def interrupt_from_requests(requests: Sequence[Mapping[str, Any]], checkpoint_id: str) -> list[dict[str, Any]]:
+    """
+    The interrupts a client sees for pending requests, in LangGraph's ``Interrupt`` shape (``{"id", "value"}``):
+    the ``before`` requests together as one interrupt (id: the checkpoint) in LangChain's human-in-the-loop shape,
+    and each in-tool interrupt as its own (id: the Agent's interrupt id; value: what the tool asked).
+
+    :param requests: The pending requests (see :func:`pending_requests`).
+    :param checkpoint_id: The checkpoint the thread waits at.
+    :returns: The interrupts.
+    """
+    before = [request for request in requests if request.get("kind") == "before"]
+    interrupts: list[dict[str, Any]] = []
+    if before:
+        names = list(dict.fromkeys(str(request["tool_name"]) for request in before))
+        interrupts.append(
+            {
+                "id": checkpoint_id,
+                "value": {
+                    "action_requests": [
+                        {
+                            "name": request["tool_name"],
+                            "args": dict(request.get("value") or {}),
+                            "id": request["call_id"],
+                            "description": f"Tool execution pending approval: {request['tool_name']}",
+                        }
+                        for request in before
+                    ],
+                    "review_configs": [
+                        {"action_name": name, "allowed_decisions": list(ALLOWED_DECISIONS)} for name in names
+                    ],
+                },
+            }
+        )
+    interrupts.extend(
+        {"id": request["id"], "value": request.get("value")} for request in requests if request.get("kind") != "before"
+    )
+    return interrupts
+
+
+def interrupts_of(snapshot: ThreadSnapshot) -> list[dict[str, Any]]:
+    """
+    The interrupts a thread waits on (none if it is not interrupted).
+
+    :param snapshot: The thread's head.
+    :returns: ``[{"id": ..., "value": ...}, ...]`` (see :func:`interrupt_from_requests`).
+    """
+    requests = pending_requests(snapshot)
+    return interrupt_from_requests(requests, snapshot.checkpoint.checkpoint_id) if requests else []
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """
+    What ``Agent.resume`` gets for a ``command.resume``.
+
+    :param decisions: ``{call_id: "approve" | "reject" | {"arguments": {...}}}`` for ``interrupt_before`` calls.
+    :param answers: ``{interrupt_id: answer}`` for in-tool interrupts.
+    """
+
+    decisions: dict[str, Any] | None = None
+    answers: dict[str, Any] | None = None
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The run's stored kwargs for it."""
+        out: dict[str, Any] = {}
+        if self.decisions is not None:
+            out["decisions"] = self.decisions
+        if self.answers is not None:
+            out["answers"] = self.answers
+        return out
+
+
+def resume_from_command(
+    resume: Any,
+    requests: Sequence[Mapping[str, Any]],
+    calls: Sequence[ToolCall],
+    interrupt_id: str,
+    *,
+    takes_answers: bool,
+) -> Resume:
+    """
+    Turn a ``command.resume`` value into ``Agent.resume``'s decisions and answers, checked against what the thread
+    waits on.
+
+    - With in-tool interrupts only: ``{interrupt_id: answer, ...}`` (one answer per interrupt), or, when one
+      interrupt waits, the answer itself (LangGraph's ``Command(resume=value)``).
+    - With ``interrupt_before`` calls only: see :func:`decisions_from_resume`.
+    - With both: one object keyed by interrupt ids (answers) and call ids (decisions).
+
+    :param resume: The client's value.
+    :param requests: The pending requests (see :func:`pending_requests`).
+    :param calls: The pending tool calls, in order.
+    :param interrupt_id: The id of the interrupt of the ``interrupt_before`` calls (a resume value may be keyed by it).
+    :param takes_answers: Whether the Agent's ``resume`` takes ``answers`` (in-tool interrupts).
+    :returns: The decisions and answers.
+    :raises WireError: Naming ``command.resume`` and what does not fit.
+    """
+    asks = [str(request["id"]) for request in requests if request.get("kind") != "before"]
+    waits_before = any(request.get("kind") == "before" for request in requests)
+    if not asks:
+        return Resume(decisions=decisions_from_resume(resume, calls, interrupt_id))
+    if not takes_answers:
+        raise WireError(FIELD, "this server's Agent cannot answer in-tool interrupts (its resume takes no answers)")
+    if isinstance(resume, Mapping) and any(str(key) in asks for key in resume):
+        answers = {str(key): value for key, value in resume.items() if str(key) in asks}
+        rest = {key: value for key, value in resume.items() if str(key) not in asks}
+    elif len(asks) == 1 and not waits_before:
+        answers, rest = {asks[0]: resume}, {}
+    else:
+        raise WireError(FIELD, f"answer each pending interrupt by its id: {{interrupt_id: answer}}; pending: {asks}")
+    missing = [ask for ask in asks if ask not in answers]
+    if missing:
+        raise WireError(FIELD, f"has no answer for interrupt(s) {missing}; every pending interrupt needs one")
+    if not waits_before:
+        if rest:
+            raise WireError(f"{FIELD}.{next(iter(rest))}", f"names no pending interrupt; pending: {asks}")
+        return Resume(answers=answers)
+    return Resume(decisions=decisions_from_resume(rest, calls, interrupt_id), answers=answers)
 
 
 def decisions_from_resume(resume: Any, calls: Sequence[ToolCall], interrupt_id: str) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from haystack_state.server.streams import STREAM_MODES, SUPPORTED_STREAM_MODES
+
 __all__ = [
     "AssistantCount",
     "AssistantSearch",
@@ -24,21 +26,6 @@ __all__ = [
     "ThreadPatch",
     "ThreadSearch",
 ]
-
-SUPPORTED_STREAM_MODES = ("values",)
-STREAM_MODES = (
-    "values",
-    "messages",
-    "updates",
-    "events",
-    "tasks",
-    "checkpoints",
-    "debug",
-    "custom",
-    "messages-tuple",
-    "tools",
-    "lifecycle",
-)
 
 
 class _Body(BaseModel):
@@ -81,7 +68,7 @@ class RunCreate(_Body):
     config: dict[str, Any] | None = None
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
-    stream_mode: str | list[str] = "values"
+    stream_mode: str | list[str] = Field(default="values", validate_default=True)
     stream_subgraphs: bool = False
     stream_resumable: bool = False
     interrupt_before: Literal["*"] | list[str] | None = None
@@ -132,7 +119,7 @@ class RunCreate(_Body):
         unsupported = [m for m in modes if m not in SUPPORTED_STREAM_MODES]
         if unsupported:
             raise ValueError(
-                f"stream mode(s) {unsupported} are not supported yet; supported: {', '.join(SUPPORTED_STREAM_MODES)}"
+                f"stream mode(s) {unsupported} are not supported; supported: {', '.join(SUPPORTED_STREAM_MODES)}"
             )
         return modes or ["values"]
 

@@ -9,8 +9,11 @@ clients wait for a run or follow its events, wherever it executes.
 - A worker task polls the queue (and is woken at once by runs submitted here), renews the leases of the runs it
   executes, and fails the runs whose worker stopped (their lease expired).
 - A run executing here keeps its events in memory while it runs (and a little after), so clients that join it, or
-  come back after a disconnect, get every event from the start. A run executing in another process is followed
-  through the database: its final values are sent when it ends.
+  come back after a disconnect, get every event from the start, in the stream modes they ask for (among the run's).
+  A run executing in another process is followed through the database: its final values are sent when it ends
+  (``values``; its other modes are not relayed between processes).
+- A run is cancelled at once if it executes here; otherwise a cancel request is written on its row, which the worker
+  that runs it polls. ``action="rollback"`` also restores the thread to where the run started and deletes the run.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -29,64 +33,25 @@ from typing import Any, TypeVar
 
 import anyio
 
-from haystack_state.errors import CheckpointError
+from haystack_state.errors import CheckpointError, ThreadNotFoundError
 from haystack_state.server.assistants import Assistant, Assistants
+from haystack_state.server.cancelling import CANCEL_ACTIONS, close_cancelled_run, rollback_thread
 from haystack_state.server.executor import RunExecutor, RunJob, RunOutcome, error_payload
+from haystack_state.server.live import Event, LiveRun
 from haystack_state.server.storage import RunRecord, ServerStorage, now_text
+from haystack_state.server.streams import event_names
 from haystack_state.server.views import values_view
 from haystack_state.server.wire import values_from_wire
 
-__all__ = ["AtCapacity", "LiveRun", "NotCancellable", "RunManager"]
+__all__ = ["AtCapacity", "Event", "LiveRun", "RunManager", "job_from_kwargs", "new_run"]
 
 logger = logging.getLogger(__name__)
 
-Event = tuple[str, Any]
 T = TypeVar("T")
 
 
 class AtCapacity(CheckpointError):
     """This process runs its maximum of concurrent runs; the request is refused (HTTP 429)."""
-
-
-class NotCancellable(CheckpointError):
-    """The run is running and cannot be stopped between steps yet."""
-
-
-class LiveRun:
-    """The events of a run executing in this process, kept so that late and returning followers get them all."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        self.events: list[Event] = []
-        self.outcome: RunOutcome | None = None
-        self.done = asyncio.Event()
-        self._new = asyncio.Event()
-
-    async def emit(self, event: str, data: Any) -> None:
-        """Record an event and wake the followers."""
-        self.events.append((event, data))
-        self._wake()
-
-    def finish(self, outcome: RunOutcome) -> None:
-        """Record the run's end."""
-        self.outcome = outcome
-        self.done.set()
-        self._wake()
-
-    def _wake(self) -> None:
-        new, self._new = self._new, asyncio.Event()
-        new.set()
-
-    async def follow(self) -> AsyncIterator[Event]:
-        """Every event from the first, then the new ones as they come, until the run ends."""
-        index = 0
-        while True:
-            while index < len(self.events):
-                yield self.events[index]
-                index += 1
-            if self.done.is_set():
-                return
-            await self._new.wait()
 
 
 class RunManager:
@@ -227,7 +192,7 @@ class RunManager:
 
         async def execute() -> None:
             try:
-                live.finish(await self.executor.execute(job, live.emit))
+                live.finish(await self.executor.execute(job, live.emit, live.stop))
             finally:
                 self._slots -= 1
 
@@ -256,15 +221,33 @@ class RunManager:
                 await live.emit("error", payload)
                 outcome = RunOutcome("error", None, payload, "error")
             else:
-                outcome = await self.executor.execute(job, live.emit)
+                outcome = await self.executor.execute(job, live.emit, live.stop)
+            rollback = outcome.cancelled and live.cancel_action == "rollback"
+            if rollback and outcome.started:
+                try:
+                    outcome = await self._rollback(run, outcome)
+                except Exception:  # the thread stays as the cancelled run left it
+                    logger.exception("Could not roll back the thread of run %s", run.run_id)
+            elif outcome.cancelled:  # (its RunStarted event may not have been read when it was cancelled)
+                agent = job.assistant.agent
+                try:
+                    await self.db(lambda: close_cancelled_run(agent, run.thread_id, run.run_id), write=True)
+                except Exception:  # the thread's next run continues the cancelled one instead
+                    logger.exception("Could not close the cancelled run %s on its thread", run.run_id)
             failure = json.dumps(outcome.error) if outcome.error is not None else None
             try:
+                if live.events and not live.relay:  # asked for since the last poll?
+                    live.relay = await self.db(lambda: self.storage.relay_requested(run.run_id))
+                if live.relay:  # every event is in the database before the run is seen to end
+                    await self._flush(live)
                 await self.db(
                     lambda: self.storage.finish_run(
                         run.run_id, outcome.status, thread_status=outcome.thread_status, error=failure
                     ),
                     write=True,
                 )
+                if rollback:
+                    await self.db(lambda: self.storage.delete_run(run.run_id), write=True)
             except Exception:  # the database went away: the lease expires and another worker reports the run
                 logger.exception("Could not record the end of run %s", run.run_id)
             live.finish(outcome)
@@ -272,6 +255,20 @@ class RunManager:
             self._slots -= 1
             self._notify()
             asyncio.get_running_loop().call_later(self.keep_seconds, self._live.pop, run.run_id, None)
+
+    async def _rollback(self, run: RunRecord, outcome: RunOutcome) -> RunOutcome:
+        """Restore a cancelled run's thread to the checkpoint it started from; the outcome then shows that state."""
+        assistant = self.assistants.resolve(run.assistant_id) or self.assistants.default
+        agent = assistant.agent
+        await self.db(lambda: rollback_thread(agent, run.thread_id, outcome.started_from, run.run_id), write=True)
+        try:
+            snapshot = await self.db(lambda: agent.get_state(run.thread_id))
+        except ThreadNotFoundError:
+            return dataclasses.replace(outcome, values={}, thread_status="idle")
+        values = values_view(snapshot)
+        return dataclasses.replace(
+            outcome, values=values, thread_status="interrupted" if "__interrupt__" in values else "idle"
+        )
 
     def job_for(self, run: RunRecord) -> RunJob:
         """
@@ -296,6 +293,7 @@ class RunManager:
                     await self._maintain()
                     next_renewal = loop.time() + renew_every
                 await self._claim_all()
+                await self._poll_requests()
             except asyncio.CancelledError:
                 raise
             except Exception:  # the database is unreachable: log and try again at the next tick
@@ -322,10 +320,41 @@ class RunManager:
                 return
             self._launch(run)
 
+    async def _poll_requests(self) -> None:
+        """
+        Serve the requests on the runs executing here that came through other processes: cancel the cancelled ones,
+        and write the events of the followed ones to the database.
+        """
+        running = [live for live in self._live.values() if not live.done.is_set()]
+        if not running:
+            return
+        for run_id, action, relay in await self.db(lambda: self.storage.requests(self.worker_id)):
+            live = self._live.get(run_id)
+            if live is None or live.done.is_set():
+                continue
+            if action is not None:
+                live.cancel(action)
+            live.relay = live.relay or relay
+        for live in running:
+            if live.relay:
+                await self._flush(live)
+
+    async def _flush(self, live: LiveRun) -> None:
+        """Write a followed run's new events to the database."""
+        events = live.events[live.relayed :]
+        if not events:
+            return
+        first = live.relayed
+        rows = [(name, json.dumps(data, ensure_ascii=False, separators=(",", ":"))) for name, data in events]
+        await self.db(lambda: self.storage.relay_events(live.run_id, first, rows), write=True)
+        live.relayed = first + len(rows)
+
     async def _maintain(self) -> None:
         running = [run_id for run_id in self._tasks if run_id in self._live]
         await self.db(lambda: self.storage.renew_leases(self.worker_id, running, self._lease()), write=True)
         expired = await self.db(self.storage.expire_leases, write=True)
+        kept = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=self.keep_seconds)).isoformat(timespec="microseconds")
+        await self.db(lambda: self.storage.forget_relayed(kept), write=True)
         if expired:
             logger.warning("Runs %s lost their worker (lease expired); they are marked as failed", expired)
 
@@ -338,29 +367,56 @@ class RunManager:
         """
         Wait for a run to end.
 
-        :returns: ``("values", final values)`` or ``("error", {"error", "message"})``.
+        :returns: ``("values", the thread's values)`` or ``("error", {"error", "message"})``.
         """
-        final: tuple[str, Any] | None = None
-        async for event in self.events(run):
-            if event[0] in ("values", "error"):
-                final = event
-        assert final is not None
-        return final
-
-    async def events(self, run: RunRecord) -> AsyncIterator[Event]:
-        """The run's stream events: live if it executes here, else its final values once it ends."""
         while True:
             live = self._live.get(run.run_id)
             if live is not None:
-                async for event in live.follow():
+                await live.done.wait()
+                outcome = live.outcome
+                assert outcome is not None
+                if outcome.error is not None:
+                    return "error", outcome.error
+                return "values", outcome.values if outcome.values is not None else {}
+            current = await self.db(lambda: self.storage.get_run(run.run_id))
+            if current is None:
+                return "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
+            if current.done:
+                return await self.final_event(current)
+            await asyncio.sleep(self.poll_interval)
+
+    async def events(self, run: RunRecord, modes: list[str] | None = None) -> AsyncIterator[Event]:
+        """
+        The run's stream events, in ``modes`` (the run's own modes if None), from its first: live if it executes
+        here, else relayed through the database by the process that runs it (see the module docstring). When
+        ``values`` is asked for and none came, the thread's values at the run's end come last.
+        """
+        names = event_names(modes if modes is not None else run.kwargs.get("stream_mode") or ["values"])
+        after, asked, sent = -1, False, set()
+        while True:
+            live = self._live.get(run.run_id)
+            if live is not None:
+                async for event in live.follow(names):
                     yield event
                 return
             current = await self.db(lambda: self.storage.get_run(run.run_id))
             if current is None:
                 yield "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
                 return
+            if current.status == "running" and not asked:
+                await self.db(lambda: self.storage.request_relay(run.run_id), write=True)
+                asked = True
+            while rows := await self.db(functools.partial(self.storage.relayed_events, run.run_id, after)):
+                for seq, name, data in rows:
+                    after = seq
+                    if name in names or name == "error":
+                        sent.add(name)
+                        yield name, json.loads(data)
             if current.done:
-                yield await self.final_event(current)
+                if "error" not in sent and ("values" not in sent or current.status == "error"):
+                    final = await self.final_event(current)
+                    if final[0] in names or final[0] == "error":
+                        yield final
                 return
             await asyncio.sleep(self.poll_interval)
 
@@ -381,23 +437,27 @@ class RunManager:
 
     # --- cancelling ------------------------------------------------------------------------------------------------
 
-    async def cancel(self, run: RunRecord) -> None:
+    async def cancel(self, run: RunRecord, action: str = "interrupt") -> None:
         """
-        Cancel a run: a pending one leaves the queue (status ``interrupted``).
+        Cancel a run: a pending one leaves the queue (status ``interrupted``; deleted with ``rollback``); a running
+        one stops before its next step (at once if it executes here, else when its worker polls the request). A
+        finished run is left as it is.
 
-        :raises NotCancellable: For a running run (it cannot be stopped between steps yet).
+        :param run: The run.
+        :param action: ``interrupt`` or ``rollback`` (also restore the thread to where the run started, and delete
+            the run).
         """
-        cancelled = await self.db(lambda: self.storage.cancel_pending(run.run_id), write=True)
-        if cancelled:
+        if action not in CANCEL_ACTIONS:
+            raise ValueError(f"cancel action must be one of {CANCEL_ACTIONS}, got {action!r}")
+        if await self.db(lambda: self.storage.cancel_pending(run.run_id), write=True):
+            if action == "rollback":
+                await self.db(lambda: self.storage.delete_run(run.run_id), write=True)
             return
-        current = await self.db(lambda: self.storage.get_run(run.run_id))
-        if current is not None and current.status == "running":
-            if run.run_id in self._live and await self.executor.cancel(run.run_id):
-                return
-            raise NotCancellable(
-                f"Run {run.run_id} is running; this server cannot stop a run between steps yet, so it will run to "
-                "its end. Pending runs can be cancelled."
-            )
+        live = self._live.get(run.run_id)
+        if live is not None and not live.done.is_set():
+            live.cancel(action)
+            return
+        await self.db(lambda: self.storage.request_cancel(run.run_id, action), write=True)
 
 
 def job_from_kwargs(run_id: str, assistant: Assistant, thread_id: str | None, kwargs: dict[str, Any]) -> RunJob:
@@ -411,8 +471,9 @@ def job_from_kwargs(run_id: str, assistant: Assistant, thread_id: str | None, kw
         messages=messages,
         inputs=values,
         decisions=kwargs.get("decisions"),
+        answers=kwargs.get("answers"),
         checkpoint_id=kwargs.get("checkpoint_id"),
-        stream_modes=tuple(kwargs.get("stream_mode") or ("values",)),
+        stream_modes=tuple(kwargs.get("stream_mode") or ()),
     )
 
 

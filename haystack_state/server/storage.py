@@ -59,6 +59,19 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE INDEX haystack_state_server_runs_thread ON {runs} (thread_id, run_id)",
         "CREATE UNIQUE INDEX haystack_state_server_runs_one_running ON {runs} (thread_id) WHERE status = 'running'",
     ),
+    # 2: a cancel request on a running run (``interrupt`` or ``rollback``), and a request to relay its stream events
+    # through the database (a client follows it through another process), both polled by the worker that runs it.
+    (
+        "ALTER TABLE {runs} ADD COLUMN cancel TEXT",
+        "ALTER TABLE {runs} ADD COLUMN relay INTEGER",
+        """CREATE TABLE {run_events} (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            event TEXT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        )""",
+    ),
 ]
 
 _THREAD_COLUMNS = "t.thread_id, t.owner, t.assistant_id, t.metadata, t.status, t.created_at, t.updated_at"
@@ -312,6 +325,10 @@ class ServerStorage:
             )
             if running:
                 raise ThreadBusy(f"Thread '{thread_id}' has a running run ({running[0][0]}); delete it when it ends.")
+            cur.change(
+                "DELETE FROM {run_events} WHERE run_id IN (SELECT run_id FROM {runs} WHERE thread_id = :id)",
+                {"id": thread_id},
+            )
             cur.change("DELETE FROM {runs} WHERE thread_id = :id", {"id": thread_id})
             cur.change("DELETE FROM {threads} WHERE thread_id = :id", {"id": thread_id})
             return True
@@ -452,10 +469,94 @@ class ServerStorage:
                 == 1
             )
 
+    def request_cancel(self, run_id: str, action: str) -> bool:
+        """
+        Ask the worker of a running run to stop it (it polls :meth:`cancel_requests`).
+
+        :param run_id: The run.
+        :param action: ``interrupt`` (stop; the thread keeps what the run committed) or ``rollback`` (stop, restore
+            the thread to where the run started, and delete the run).
+        :returns: Whether the run was running.
+        """
+        with self.database.transaction() as cur:
+            return (
+                cur.change(
+                    "UPDATE {runs} SET cancel = :action, updated_at = :at WHERE run_id = :id AND status = 'running'",
+                    {"action": action, "at": now_text(), "id": run_id},
+                )
+                == 1
+            )
+
+    def requests(self, worker: str) -> list[tuple[str, str | None, bool]]:
+        """
+        The requests on the runs a worker is running: ``(run_id, cancel action or None, relay)`` for each run that
+        has a cancel request or a relay request.
+        """
+        with self.database.transaction(write=False) as cur:
+            rows = cur.rows(
+                "SELECT run_id, cancel, relay FROM {runs} WHERE worker = :worker AND status = 'running' "
+                "AND (cancel IS NOT NULL OR relay = 1)",
+                {"worker": worker},
+            )
+        return [(str(run_id), None if action is None else str(action), bool(relay)) for run_id, action, relay in rows]
+
+    def request_relay(self, run_id: str) -> None:
+        """Ask the worker of a running run to write its stream events to the database (see :meth:`relay_events`)."""
+        with self.database.transaction() as cur:
+            cur.change(
+                "UPDATE {runs} SET relay = 1 WHERE run_id = :id AND status = 'running' AND relay IS NULL",
+                {"id": run_id},
+            )
+
+    def relay_requested(self, run_id: str) -> bool:
+        """Whether a follower in another process asked for a run's events."""
+        with self.database.transaction(write=False) as cur:
+            rows = cur.rows("SELECT relay FROM {runs} WHERE run_id = :id", {"id": run_id})
+        return bool(rows and rows[0][0])
+
+    def relay_events(self, run_id: str, first_seq: int, events: Sequence[tuple[str, str]]) -> None:
+        """
+        Write a run's stream events, numbered from ``first_seq``.
+
+        :param run_id: The run.
+        :param first_seq: The number of the first event.
+        :param events: ``(event name, JSON data)`` pairs.
+        """
+        if not events:
+            return
+        with self.database.transaction() as cur:
+            for offset, (event, data) in enumerate(events):
+                cur.change(
+                    "INSERT INTO {run_events} (run_id, seq, event, data) VALUES (:id, :seq, :event, :data)",
+                    {"id": run_id, "seq": first_seq + offset, "event": event, "data": data},
+                )
+
+    def relayed_events(self, run_id: str, after: int, limit: int = 1000) -> list[tuple[int, str, str]]:
+        """A run's relayed events after number ``after``: ``(seq, event name, JSON data)``, in order."""
+        with self.database.transaction(write=False) as cur:
+            rows = cur.rows(
+                "SELECT seq, event, data FROM {run_events} WHERE run_id = :id AND seq > :after ORDER BY seq "
+                "LIMIT :limit",
+                {"id": run_id, "after": after, "limit": limit},
+            )
+        return [(int(seq), str(event), str(data)) for seq, event, data in rows]
+
+    def forget_relayed(self, before: str) -> int:
+        """Delete the relayed events of runs that ended before ``before`` (ISO-8601). Returns how many."""
+        with self.database.transaction() as cur:
+            return cur.change(
+                "DELETE FROM {run_events} WHERE run_id IN (SELECT run_id FROM {runs} WHERE status NOT IN "
+                "('pending', 'running') AND updated_at < :before)",
+                {"before": before},
+            )
+
     def delete_run(self, run_id: str) -> bool:
         """Delete a run that is not running. Returns whether it was deleted."""
         with self.database.transaction() as cur:
-            return cur.change("DELETE FROM {runs} WHERE run_id = :id AND status <> 'running'", {"id": run_id}) == 1
+            if cur.change("DELETE FROM {runs} WHERE run_id = :id AND status <> 'running'", {"id": run_id}) != 1:
+                return False
+            cur.change("DELETE FROM {run_events} WHERE run_id = :id", {"id": run_id})
+            return True
 
     def renew_leases(self, worker: str, run_ids: Iterable[str], lease_until: str) -> None:
         """Extend the leases of the runs a worker is running."""

@@ -11,7 +11,7 @@ from typing import Any
 from haystack_state.agent.session import ThreadSnapshot
 from haystack_state.persistence.codec import encode
 from haystack_state.persistence.records import CheckpointMeta
-from haystack_state.server.interrupts import interrupt_of
+from haystack_state.server.interrupts import interrupts_of
 from haystack_state.server.storage import RunRecord, ThreadRecord
 from haystack_state.server.wire import values_to_wire
 
@@ -39,16 +39,16 @@ def checkpoint_ref(thread_id: str, checkpoint_id: str | None) -> dict[str, Any] 
 
 
 def outcome_status(snapshot: ThreadSnapshot | None) -> str:
-    """A thread's status from its head: ``interrupted`` or ``idle``."""
-    return "interrupted" if snapshot is not None and snapshot.interrupted else "idle"
+    """A thread's status from its head: ``interrupted`` (it waits on an interrupt) or ``idle``."""
+    return "interrupted" if snapshot is not None and interrupts_of(snapshot) else "idle"
 
 
 def values_view(snapshot: ThreadSnapshot) -> dict[str, Any]:
-    """A run's final values: the state as JSON, with ``__interrupt__`` when the thread waits on an interrupt."""
+    """A run's final values: the state as JSON, with ``__interrupt__`` when the thread waits on interrupts."""
     values = values_to_wire(snapshot.values)
-    interrupt = interrupt_of(snapshot)
-    if interrupt is not None:
-        values[INTERRUPT_KEY] = [interrupt]
+    interrupts = interrupts_of(snapshot)
+    if interrupts:
+        values[INTERRUPT_KEY] = interrupts
     return values
 
 
@@ -59,7 +59,7 @@ def thread_view(record: ThreadRecord, snapshot: ThreadSnapshot | None) -> dict[s
     :param record: The server's record.
     :param snapshot: The thread's head, or None before its first run.
     """
-    interrupt = interrupt_of(snapshot) if snapshot is not None else None
+    interrupts = interrupts_of(snapshot) if snapshot is not None else []
     return {
         "thread_id": record.thread_id,
         "created_at": record.created_at,
@@ -67,7 +67,7 @@ def thread_view(record: ThreadRecord, snapshot: ThreadSnapshot | None) -> dict[s
         "metadata": dict(record.metadata),
         "status": record.status,
         "values": values_to_wire(snapshot.values) if snapshot is not None else None,
-        "interrupts": {interrupt["id"]: [interrupt]} if interrupt is not None else {},
+        "interrupts": {snapshot.checkpoint.checkpoint_id: interrupts} if snapshot is not None and interrupts else {},
         "config": {},
         "error": None,
     }
@@ -92,9 +92,8 @@ def state_view(snapshot: ThreadSnapshot, *, with_values: bool = True) -> dict[st
     :param with_values: Whether to convert the values (a history page that selects no values skips them).
     """
     meta = snapshot.checkpoint
-    interrupt = interrupt_of(snapshot)
-    interrupts = [interrupt] if interrupt is not None else []
-    pending = bool(snapshot.pending_tool_calls)
+    interrupts = interrupts_of(snapshot)
+    pending = bool(snapshot.pending_tool_calls) or bool(interrupts)
     tasks = (
         [
             {

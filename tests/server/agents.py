@@ -5,6 +5,7 @@ that write state, and an ``interrupt_before`` tool.
 - ``"email ADDRESS"``: calls ``send_email`` (the run stops before it: interrupt);
 - ``"note TEXT"``: calls ``remember`` (writes ``notes``), then answers;
 - ``"sleep SECONDS"``: the model takes that long to answer;
+- ``"drip TEXT"``: answers ``"dripped: TEXT"``, streaming it slowly (0.3 s between chunks);
 - ``"fail"``: the model raises;
 - anything else: ``"echo: TEXT"``.
 
@@ -49,11 +50,18 @@ def policy(messages: list[ChatMessage], tools: list[Any]) -> Any:
         return [("send_email", {"to": rest or "bob@example.com"})]
     if word == "note":
         return [("remember", {"text": rest})]
+    if word == "drip":  # TestModel streams this reply slowly
+        return f"dripped: {rest}"
     if word == "sleep":  # TestModel waits before asking
         return f"slept {rest}"
     if word == "fail":
         raise RuntimeError("the model is down")
     return f"echo: {text}"
+
+
+def _drips(messages: list[ChatMessage]) -> bool:
+    last = messages[-1]
+    return last.is_from("user") and (last.text or "").startswith("drip ")
 
 
 def _delay(messages: list[ChatMessage]) -> float:
@@ -64,20 +72,41 @@ def _delay(messages: list[ChatMessage]) -> float:
 
 @component
 class TestModel:
-    """The scripted model, slow on ``"sleep SECONDS"`` (awaiting in ``run_async``, as a real async client does)."""
+    """
+    The scripted model, slow on ``"sleep SECONDS"`` (awaiting in ``run_async``, as a real async client does); it
+    streams its replies in chunks to a streaming callback.
+    """
 
     def __init__(self) -> None:
         self.scripted = ScriptedChatGenerator(policy=policy)
 
     @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], tools: Any = None) -> dict[str, Any]:
+    def run(self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None) -> dict[str, Any]:
         time.sleep(_delay(messages))
-        return self.scripted.run(messages, tools=tools)  # type: ignore[no-any-return]
+        if streaming_callback is not None and _drips(messages):
+            inner = streaming_callback
+
+            def streaming_callback(chunk: Any) -> None:
+                inner(chunk)
+                time.sleep(0.3)
+
+        return self.scripted.run(messages, tools=tools, streaming_callback=streaming_callback)  # type: ignore[no-any-return]
 
     @component.output_types(replies=list[ChatMessage])
-    async def run_async(self, messages: list[ChatMessage], tools: Any = None) -> dict[str, Any]:
+    async def run_async(
+        self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None
+    ) -> dict[str, Any]:
         await asyncio.sleep(_delay(messages))
-        return await self.scripted.run_async(messages, tools=tools)  # type: ignore[no-any-return]
+        if streaming_callback is not None and _drips(messages):
+            inner = streaming_callback
+
+            async def streaming_callback(chunk: Any) -> None:
+                await inner(chunk)
+                await asyncio.sleep(0.3)
+
+        return await self.scripted.run_async(  # type: ignore[no-any-return]
+            messages, tools=tools, streaming_callback=streaming_callback
+        )
 
 
 SCHEMA = {"notes": {"type": list[str]}, "topic": {"type": str}}

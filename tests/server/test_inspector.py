@@ -151,7 +151,14 @@ def test_the_inspector(served: Served, page: Page, shots: Path) -> None:
     expect(page.locator("#interrupt")).to_be_hidden()
     expect(page.locator("#thread-status-badge")).to_have_text("idle")
 
-    # The send box: the reply comes in over the values stream.
+    # The send box: the reply's tokens grow in place, then the values stream shows the committed reply.
+    page.fill("#send-input", "drip a slow and careful answer")
+    page.click("#send-button")
+    streaming = page.locator("#messages .message.streaming")
+    expect(streaming).to_have_count(1)
+    expect(streaming).not_to_have_text("aidripped: a slow and careful answer")  # a part of it, so far
+    expect(messages.last).to_have_text("aidripped: a slow and careful answer")
+    expect(streaming).to_have_count(0)
     page.fill("#send-input", "how are you?")
     page.click("#send-button")
     expect(messages.last).to_have_text("aiecho: how are you?")

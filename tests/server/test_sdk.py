@@ -1,6 +1,7 @@
 """
 LangGraph's own SDK (``langgraph-sdk``) against a real server, on SQLite and on PostgreSQL: assistants, threads,
-state, history, runs (wait, stream, background, join, cancel), and resuming an interrupted run.
+state, history, runs (wait, stream, background, join, cancel of a pending run), and resuming an interrupted run.
+Stream modes and cancelling running runs are in ``test_streams.py``.
 """
 
 from __future__ import annotations
@@ -131,30 +132,14 @@ def test_update_state_before_the_first_run_seeds_the_thread(served: Served) -> N
     assert texts(values) == [("human", "seeded"), ("human", "hi"), ("ai", "echo: hi")]
 
 
-def test_stream_values(served: Served) -> None:
-    client = served.client()
-    thread_id = client.threads.create()["thread_id"]
-    parts = list(client.runs.stream(thread_id, "agent", input=human("hi"), stream_mode="values"))
-    assert [p.event for p in parts] == ["metadata", "values"]
-    assert set(parts[0].data) == {"run_id", "attempt"}
-    assert texts(parts[1].data) == [("human", "hi"), ("ai", "echo: hi")]
-    run = client.runs.get(thread_id, parts[0].data["run_id"])
-    assert run["status"] == "success"
-    v2 = list(client.runs.stream(thread_id, "agent", input=human("again"), stream_mode=["values"], version="v2"))
-    assert [p["type"] for p in v2] == ["metadata", "values"]
-    assert v2[1]["data"]["messages"][-1]["content"] == "echo: again"
-    with pytest.raises(UnprocessableEntityError) as caught:
-        list(client.runs.stream(thread_id, "agent", input=human("x"), stream_mode="messages"))
-    assert caught.value.body["param"] == "stream_mode"
-
-
 def test_stateless_runs(served: Served) -> None:
     client = served.client()
     values = client.runs.wait(None, "agent", input=human("hi"))
     assert values["messages"][0] == {**values["messages"][0], "type": "system", "content": "You are a test assistant."}
     assert texts(values) == [("human", "hi"), ("ai", "echo: hi")]
     parts = list(client.runs.stream(None, "agent", input=human("yo")))
-    assert [p.event for p in parts] == ["metadata", "values"]
+    assert [p.event for p in parts] == ["metadata", "values", "values"]  # after the input, after the reply
+    assert texts(parts[-1].data) == [("human", "yo"), ("ai", "echo: yo")]
     assert client.threads.search() == []  # no thread was made
 
 
@@ -167,8 +152,9 @@ def test_a_failing_run_reports_its_error(served: Served) -> None:
     runs = client.runs.list(thread_id)
     assert [r["status"] for r in runs] == ["error"]
     parts = list(client.runs.stream(thread_id, "agent", input=human("fail")))
-    assert [p.event for p in parts] == ["metadata", "error"]
-    assert parts[1].data["message"].endswith("the model is down")
+    # The input was committed (values), the run failed and recorded that it stopped (values), then the error.
+    assert [p.event for p in parts] == ["metadata", "values", "values", "error"]
+    assert parts[-1].data["message"].endswith("the model is down")
     values = client.runs.wait(thread_id, "agent", input=human("better"))  # the thread goes on
     assert values["messages"][-1]["content"] == "echo: better"
     assert client.threads.get(thread_id)["status"] == "idle"
@@ -184,8 +170,8 @@ def test_background_runs_join_list_get(served: Served) -> None:
     assert values["messages"][-1]["content"] == "slept 0.3"
     assert client.runs.get(thread_id, run["run_id"])["status"] == "success"
     assert [r["run_id"] for r in client.runs.list(thread_id)] == [run["run_id"]]
-    parts = list(client.runs.join_stream(thread_id, run["run_id"]))  # joining a finished run: its final values
-    assert [p.event for p in parts] == ["metadata", "values"] and parts[1].data == values
+    parts = list(client.runs.join_stream(thread_id, run["run_id"]))  # joining a finished run: from its start
+    assert [p.event for p in parts] == ["metadata", "values", "values"] and parts[-1].data == values
     assert client.threads.get(thread_id)["status"] == "idle"
 
 
@@ -201,8 +187,6 @@ def test_multitask_reject_enqueue_and_cancel(served: Served) -> None:
     client.runs.cancel(thread_id, third["run_id"])
     assert client.runs.get(thread_id, third["run_id"])["status"] == "interrupted"
     wait_for_status(client, thread_id, first["run_id"], "running")
-    with pytest.raises(ConflictError):  # a running run cannot be stopped between steps yet
-        client.runs.cancel(thread_id, first["run_id"])
     values = client.runs.join(thread_id, second["run_id"])
     assert [m["content"] for m in values["messages"] if m["type"] == "human"] == ["sleep 0.5", "queued"]
     statuses = {r["run_id"]: r["status"] for r in client.runs.list(thread_id)}

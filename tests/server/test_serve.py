@@ -56,6 +56,70 @@ def test_two_processes_share_the_runs_of_one_postgres_database(backend: Backend)
         second.stop()
 
 
+def contents(values: dict[str, Any]) -> list[Any]:
+    return [m["content"] for m in values["messages"] if m["type"] != "system"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_two_processes_stream_cancel_and_resume(backend: Backend) -> None:
+    """Streams, joins, cancels and resumes across two server processes on one PostgreSQL database."""
+    args = ["server.agents:serve_agents", *backend.serve_args, "--poll-interval", "0.05"]
+    first, second = ServeProcess(*args), ServeProcess(*args)
+    try:
+        first.wait_ready()
+        second.wait_ready()
+        with get_sync_client(url=first.url, api_key=None) as a, get_sync_client(url=second.url, api_key=None) as b:
+            # Several modes at once, from the process that runs the stream.
+            thread_id = a.threads.create()["thread_id"]
+            modes = ["values", "updates", "messages"]
+            parts = list(a.runs.stream(thread_id, "agent", input=human("note tea"), stream_mode=modes))
+            assert {p.event for p in parts} == {"metadata", *modes}
+            assert parts[-1].event == "values" and parts[-1].data == b.threads.get_state(thread_id)["values"]
+
+            # A streamed run on the first process, its client gone, joined through the second: every event, from
+            # the first (relayed through the database).
+            thread_id = a.threads.create()["thread_id"]
+            with (
+                httpx.Client(base_url=first.url, timeout=30) as http,
+                http.stream(
+                    "POST",
+                    f"/threads/{thread_id}/runs/stream",
+                    json={"assistant_id": "agent", "input": human("sleep 2"), "stream_mode": modes},
+                ) as response,
+            ):
+                run_id = response.headers["content-location"].rsplit("/", 1)[1]
+                assert next(response.iter_lines()) == "event: metadata"
+            joined = list(b.runs.join_stream(thread_id, run_id))
+            events = [p.event for p in joined]
+            assert events[:3] == ["metadata", "updates", "values"] and events[-2:] == ["updates", "values"]
+            assert contents(joined[2].data) == ["sleep 2"] and contents(joined[-1].data) == ["sleep 2", "slept 2"]
+            assert "".join(p.data[0]["content"] for p in joined if p.event == "messages") == "slept 2"
+            assert b.runs.get(thread_id, run_id)["status"] == "success"
+            only_updates = list(b.runs.join_stream(thread_id, run_id, stream_mode="updates"))  # a finished run
+            assert [p.event for p in only_updates] == ["metadata", "updates", "updates"]
+
+            # A run executing in the first process, cancelled through the second.
+            thread_id = a.threads.create()["thread_id"]
+            stream = a.runs.stream(thread_id, "agent", input=human("sleep 30"), stream_mode=["values"])
+            run_id = next(stream).data["run_id"]
+            assert contents(next(stream).data) == ["sleep 30"]  # the input is committed; the model is thinking
+            b.runs.cancel(thread_id, run_id)
+            assert list(stream) == []  # the first process stopped it
+            assert b.runs.get(thread_id, run_id)["status"] == "interrupted"
+            assert contents(b.runs.join(thread_id, run_id)) == ["sleep 30"]
+            assert contents(b.runs.wait(thread_id, "agent", input=human("hi")))[-1] == "echo: hi"
+
+            # Interrupted through one process, resumed through the other (run by either).
+            values = a.runs.wait(thread_id, "agent", input=human("email ada@ex.org"))
+            assert values["__interrupt__"] == b.threads.get_state(thread_id)["interrupts"]
+            run = b.runs.create(thread_id, "agent", command={"resume": "approve"})
+            assert contents(a.runs.join(thread_id, run["run_id"]))[-1] == "Done: sent to ada@ex.org"
+    finally:
+        first.stop()
+        second.stop()
+
+
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_a_run_outlives_its_streams_client_and_can_be_joined(backend: Backend) -> None:
     server = ServeProcess("server.agents:serve_agents", *backend.serve_args).wait_ready()
@@ -75,9 +139,10 @@ def test_a_run_outlives_its_streams_client_and_can_be_joined(backend: Backend) -
                 assert first_line == "event: metadata"
             # The client hung up; the run goes on.
             run_id = run_path.rsplit("/", 1)[1]
-            parts = list(client.runs.join_stream(thread_id, run_id))
-            assert [p.event for p in parts] == ["metadata", "values"]
-            assert parts[1].data["messages"][-1]["content"] == "slept 0.5"
+            parts = list(client.runs.join_stream(thread_id, run_id))  # every event, from the run's start
+            assert [p.event for p in parts] == ["metadata", "values", "values"]
+            assert [m["content"] for m in parts[1].data["messages"]][1:] == ["sleep 0.5"]
+            assert parts[2].data["messages"][-1]["content"] == "slept 0.5"
             assert client.runs.get(thread_id, run_id)["status"] == "success"
     finally:
         server.stop()

@@ -5,7 +5,8 @@ Runs: on a thread (background, ``wait``, ``stream``; list, get, join, join its s
 A request is checked completely before anything is written (the assistant, the thread and its owner, the input
 against the agent's schema, a ``command.resume`` against the pending tool calls, a fork's checkpoint), then queued.
 Streams are Server-Sent Events in the format LangGraph's SDK reads: ``metadata`` first (``{"run_id", "attempt"}``),
-then the run's events (``values``; ``error`` if it failed).
+then the run's events in the stream modes asked for (see :mod:`haystack_state.server.streams`; ``error`` if it
+failed). ``runs/wait`` streams nothing while it runs: it waits for the thread's values at the end.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
@@ -22,8 +23,8 @@ from sse_starlette import EventSourceResponse
 
 from haystack_state.server.assistants import Assistant
 from haystack_state.server.context import Server, ServerDep, UserDep
-from haystack_state.server.executor import RunJob
-from haystack_state.server.interrupts import decisions_from_resume
+from haystack_state.server.executor import RunJob, takes_answers
+from haystack_state.server.interrupts import pending_requests, resume_from_command
 from haystack_state.server.models import RunCreate
 from haystack_state.server.runs import Event, LiveRun, job_from_kwargs, new_run
 from haystack_state.server.storage import RunRecord
@@ -77,24 +78,38 @@ def _plan(server: Server, body: RunCreate, user: str, thread_id: str | None) -> 
         agent.get_state(thread_id, body.fork_from)  # CheckpointNotFoundError (404) for an unknown checkpoint
         kwargs["checkpoint_id"] = body.fork_from
     if body.command is not None:
-        if snapshot is None or not snapshot.interrupted:
+        if snapshot is None:
+            raise HTTPException(409, f"Thread '{thread_id}' is not interrupted: there is nothing to resume.")
+        requests = pending_requests(snapshot)
+        if not requests:
             raise HTTPException(409, f"Thread '{thread_id}' is not interrupted: there is nothing to resume.")
         kwargs["command"] = body.command.model_dump(exclude_none=True)
-        kwargs["decisions"] = decisions_from_resume(
-            body.command.resume, snapshot.pending_tool_calls, snapshot.checkpoint.checkpoint_id
+        resume = resume_from_command(
+            body.command.resume,
+            requests,
+            snapshot.pending_tool_calls,
+            snapshot.checkpoint.checkpoint_id,
+            takes_answers=takes_answers(agent),
         )
-    elif snapshot is not None and snapshot.interrupted and record.status != "busy" and body.fork_from is None:
-        raise HTTPException(
-            409,
-            f"Thread '{thread_id}' is interrupted before tool call(s) to "
-            f"{', '.join(sorted({c.tool_name for c in snapshot.pending_tool_calls}))}; answer it with "
-            "command={'resume': ...} (approve, reject or edit each call).",
-        )
+        kwargs.update(resume.to_kwargs())
+    elif snapshot is not None and record.status != "busy" and body.fork_from is None:
+        waiting = pending_requests(snapshot)
+        if waiting:
+            raise HTTPException(
+                409,
+                f"Thread '{thread_id}' waits on a human for tool call(s) to "
+                f"{', '.join(sorted({str(r['tool_name']) for r in waiting}))}; answer it with "
+                "command={'resume': ...} (approve, reject or edit each call; answer each question).",
+            )
     return _Plan(assistant, kwargs)
 
 
-async def _submit(server: Server, body: RunCreate, user: str, thread_id: str, *, here: bool) -> RunRecord:
+async def _submit(
+    server: Server, body: RunCreate, user: str, thread_id: str, *, here: bool, streams: bool = True
+) -> RunRecord:
     plan = await server.runs.db(lambda: _plan(server, body, user, thread_id))
+    if not streams:
+        plan.kwargs["stream_mode"] = []
     run = new_run(
         str(uuid.uuid4()),
         thread_id,
@@ -140,7 +155,7 @@ async def create_run(thread_id: str, body: RunCreate, server: ServerDep, user: U
 @router.post("/threads/{thread_id}/runs/wait")
 async def wait_run(thread_id: str, body: RunCreate, server: ServerDep, user: UserDep) -> JSONResponse:
     """Run and wait for the final values (``{"__error__": {...}}`` if the run failed)."""
-    run = await _submit(server, body, user, thread_id, here=True)
+    run = await _submit(server, body, user, thread_id, here=True, streams=False)
     final = await server.runs.wait(run)
     return JSONResponse(_final(final), headers=_locations(run, "/join"))
 
@@ -189,10 +204,26 @@ async def join_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/stream")
-async def join_stream(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> EventSourceResponse:
-    """Stream a run's events (from its start, if it executes in this process; else its final values)."""
+async def join_stream(
+    thread_id: str,
+    run_id: str,
+    server: ServerDep,
+    user: UserDep,
+    stream_mode: Annotated[list[str] | None, Query()] = None,
+) -> EventSourceResponse:
+    """
+    Stream a run's events (from its start, if it executes in this process; else its final values), in
+    ``stream_mode`` (a subset of the run's modes; all of them by default).
+    """
     run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
-    return EventSourceResponse(_sse(run.run_id, server.runs.events(run)), headers=_locations(run, "/stream"))
+    own = list(run.kwargs.get("stream_mode") or ["values"])
+    stream_mode = [mode for mode in stream_mode or [] if mode]  # the SDK sends an empty value for "all"
+    if stream_mode:
+        outside = [mode for mode in stream_mode if mode not in own]
+        if outside:
+            raise WireError("stream_mode", f"{outside} not among the run's stream modes {own}")
+    events = server.runs.events(run, stream_mode or own)
+    return EventSourceResponse(_sse(run.run_id, events), headers=_locations(run, "/stream"))
 
 
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel", status_code=204)
@@ -204,11 +235,13 @@ async def cancel_run(
     wait: bool = False,
     action: str = Query("interrupt", pattern="^(interrupt|rollback)$"),
 ) -> Response:
-    """Cancel a pending run (a running run cannot be stopped between steps yet: 409)."""
-    if action != "interrupt":
-        raise WireError("action", "only 'interrupt' is supported (rollback is not)")
+    """
+    Cancel a run: a pending one leaves the queue; a running one stops before its next step, wherever it executes
+    (status ``interrupted``; the thread keeps what it committed). ``action=rollback`` also restores the thread to
+    where the run started and deletes the run. ``wait`` waits for the run to stop.
+    """
     run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
-    await server.runs.cancel(run)
+    await server.runs.cancel(run, action)
     if wait:
         await server.runs.wait(run)
     return Response(status_code=204)
@@ -226,8 +259,10 @@ def delete_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) ->
 # --- stateless runs ------------------------------------------------------------------------------------------------
 
 
-async def _stateless(server: Server, body: RunCreate, user: str) -> LiveRun:
+async def _stateless(server: Server, body: RunCreate, user: str, *, streams: bool = True) -> LiveRun:
     plan = await server.runs.db(lambda: _plan(server, body, user, None))
+    if not streams:
+        plan.kwargs["stream_mode"] = []
     job: RunJob = job_from_kwargs(str(uuid.uuid4()), plan.assistant, None, plan.kwargs)
     return await server.runs.run_stateless(job)
 
@@ -235,7 +270,7 @@ async def _stateless(server: Server, body: RunCreate, user: str) -> LiveRun:
 @router.post("/runs/wait")
 async def wait_stateless(body: RunCreate, server: ServerDep, user: UserDep) -> Any:
     """Run without a thread and wait for the final values."""
-    live = await _stateless(server, body, user)
+    live = await _stateless(server, body, user, streams=False)
     final: Event | None = None
     async for event in live.follow():
         final = event

@@ -158,12 +158,14 @@ async function resume(requests) {
   await streamRun({ command: { resume: { decisions } } });
 }
 
-// Runs stream their values over SSE (POST /threads/{id}/runs/stream); the page re-renders each event as it comes.
+// Runs stream their values and the model's tokens over SSE (POST /threads/{id}/runs/stream): tokens grow a reply
+// in place as they come, and each values event (after every checkpoint) re-renders the conversation.
 async function streamRun(body) {
   const status = $("#run-status");
   status.textContent = "running…";
   const response = await fetch(`/threads/${quote(state.threadId)}/runs/stream`, {
-    method: "POST", headers: headers(), body: JSON.stringify({ assistant_id: state.assistant, stream_mode: ["values"], ...body }),
+    method: "POST", headers: headers(),
+    body: JSON.stringify({ assistant_id: state.assistant, stream_mode: ["values", "messages"], ...body }),
   });
   if (!response.ok) {
     status.textContent = "";
@@ -199,8 +201,19 @@ function handleEvent(block) {
   if (!data.length) return;
   const payload = JSON.parse(data.join("\n"));
   if (event === "values") renderMessages(payload.messages || []);
+  else if (event === "messages") streamToken(payload[0]);
   else if (event === "error") showError(new Error(`${payload.error}: ${payload.message}`));
   else if (event === "metadata") $("#run-status").textContent = `run ${short(payload.run_id)} running…`;
+}
+
+function streamToken(chunk) {
+  if (!chunk || chunk.type !== "AIMessageChunk" || !chunk.content) return;
+  let item = [...document.querySelectorAll("#messages li.streaming")].find((li) => li.dataset.id === chunk.id);
+  if (!item) {
+    item = el("li", { class: "message ai streaming", "data-id": chunk.id }, el("div", { class: "role" }, "ai"), el("div", { class: "body" }, ""));
+    $("#messages").append(item);
+  }
+  item.querySelector(".body").textContent += chunk.content;
 }
 
 async function send(event) {
