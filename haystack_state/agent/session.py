@@ -157,7 +157,7 @@ def before_request(call: ToolCall) -> dict[str, Any]:
         "tool_name": call.tool_name,
         "call_id": call.id,
         "arguments": dict(call.arguments),
-        "value": None,
+        "value": dict(call.arguments),
     }
 
 
@@ -240,7 +240,8 @@ class ThreadSnapshot:
         for ``"before"`` requests, the call id, the key of its ``decisions``), ``kind`` (``"before"``: a call held by
         ``interrupt_before``; ``"interrupt"``: a tool asked with ``interrupt(value)``; ``"hook"``: a ``before_tool``
         hook asked; ``"after"``: a result to review, ``interrupt_after``), ``tool_name``, ``call_id``, ``value`` (what
-        was asked, or the result to review) and ``arguments``. Empty if the thread is not interrupted.
+        was asked, the held call's arguments, or the result to review) and ``arguments``. Empty if the thread is not
+        interrupted.
         """
         if not self.checkpoint.metadata.get("interrupted"):
             return []

@@ -50,25 +50,21 @@ FIELD = "command.resume"
 def pending_requests(snapshot: ThreadSnapshot) -> list[dict[str, Any]]:
     """
     The requests a thread waits on, as JSON-ready dicts (``id``, ``kind``, ``tool_name``, ``call_id``, ``value``), the
-    shape of the Agent's ``Interrupted`` event: one ``before`` request per pending call of an ``interrupt_before``
-    tool (its id is the call's), and the in-tool interrupts (``interrupt(value)`` in a tool; their ids are the
-    Agent's) when the Agent reports them on its snapshots (``ThreadSnapshot.pending_interrupts``).
+    shape of the Agent's ``Interrupted`` event (see ``ThreadSnapshot.interrupts``): a ``before`` request per pending
+    call of an ``interrupt_before`` tool (its id is the call's, its value the call's arguments), an ``interrupt`` or
+    ``hook`` request per question asked with ``interrupt(value)``, an ``after`` request per result to review.
 
     :param snapshot: The thread's head.
     :returns: The requests, in order (none if the thread is not interrupted).
     """
-    requests: list[dict[str, Any]] = []
-    if snapshot.interrupted:
-        requests.extend(
-            {"id": call.id, "kind": "before", "tool_name": call.tool_name, "call_id": call.id, "value": call.arguments}
-            for call in snapshot.pending_tool_calls
-        )
-    seen = {request["id"] for request in requests}
-    for item in getattr(snapshot, "pending_interrupts", None) or []:
+    if not snapshot.interrupted:
+        return []
+    requests = []
+    for item in snapshot.interrupts:
         request = _as_request(item)
-        if request["id"] not in seen:
-            seen.add(request["id"])
-            requests.append(request)
+        if request.get("kind") == "before" and request.get("value") is None:
+            request["value"] = item.get("arguments")
+        requests.append(request)
     return requests
 
 

@@ -15,7 +15,7 @@ from haystack.dataclasses import ChatMessage
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.errors import NotFoundError, UnprocessableEntityError
 
-from haystack_state import Agent, ToolDefinitionError, tool
+from haystack_state import Agent, tool
 from haystack_state.runtime import RunContext
 from haystack_state.server import create_app
 from haystack_state.testing import ScriptedChatGenerator
@@ -266,17 +266,12 @@ def test_plain_http_clients_get_server_sent_events(served: Served) -> None:
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_custom_events_from_a_tool(backend: Backend) -> None:
-    try:
-
-        @tool
-        def progress(steps: int, ctx: RunContext) -> str:
-            """Work in steps, reporting each."""
-            for step in range(steps):
-                ctx.emit("progress", {"step": step, "of": steps})
-            return "worked"
-
-    except ToolDefinitionError as error:
-        pytest.skip(f"tools cannot take a RunContext in this version of the Agent yet: {error}")
+    @tool
+    def progress(steps: int, ctx: RunContext) -> str:
+        """Work in steps, reporting each."""
+        for step in range(steps):
+            ctx.emit("progress", {"step": step, "of": steps})
+        return "worked"
 
     def policy(messages: list[ChatMessage], tools: Any) -> Any:
         last = messages[-1]
