@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,13 @@ import pytest
 from haystack import Pipeline
 from haystack.dataclasses import ChatMessage
 from workers import harness
-from workers.harness import TESTS_DIR, Harness
+from workers.harness import TESTS_DIR, Harness, PostgresHarness, SQLiteHarness
 
 from haystack_state import Agent, AgentRunError, ReadOnlyStateKeyError, RunContext, State, ThreadNotFoundError, tool
 from haystack_state.agent.context import ContextPlan, ContextView
 from haystack_state.agent.events import CustomEvent
 from haystack_state.persistence import InMemoryCheckpointer, SQLiteCheckpointer
+from haystack_state.store import PostgresStore, SQLiteStore, Store
 from haystack_state.testing import ScriptedChatGenerator
 
 persistent_store = harness.persistent_store
@@ -428,3 +430,56 @@ def stored_text(store: Harness, cp: Any) -> str:
             str(row) for name in names for row in connection.execute(f'SELECT t::text FROM "{schema}"."{name}" AS t')
         ]
     return " ".join(rows)
+
+
+# --- memory across threads: a tool saves a fact in the store, a loader reads it back -------------------------
+
+
+@dataclass
+class User:
+    user_id: str
+
+
+@tool
+def remember(fact: str, ctx: RunContext[User]) -> str:
+    """Remember a fact about the user, for every later conversation."""
+    ctx.store.put((ctx.deps.user_id, "facts"), f"fact-{len(fact)}", {"text": fact})
+    return "saved"
+
+
+def load_facts(context: RunContext[User], state: State) -> list[str]:
+    """The facts the user's earlier conversations saved."""
+    items = context.store.search((context.deps.user_id, "facts"), limit=50)
+    return sorted(item.value["text"] for item in items)
+
+
+def test_a_fact_saved_in_one_thread_is_loaded_in_the_users_next_thread_and_not_in_anothers(
+    persistent_store: Harness,
+) -> None:
+    store: Store
+    if isinstance(persistent_store, SQLiteHarness):
+        store = SQLiteStore(persistent_store.path.parent / "memory.db")
+    else:
+        assert isinstance(persistent_store, PostgresHarness)
+        store = PostgresStore(persistent_store.dsn, schema=persistent_store.schema)
+    cp = persistent_store.make()
+    schema = {"facts": {"type": list[str], "scope": "loaded", "loader": load_facts}}
+
+    def agent(script: list[Any]) -> Agent:
+        return Agent(
+            ScriptedChatGenerator(script=script), tools=[remember], state_schema=schema, checkpointer=cp, store=store
+        )
+
+    first = agent([[("remember", {"fact": "likes green tea"})], "noted"]).run(
+        user("I like green tea"), thread_id="A", context=User("u1")
+    )
+    assert first["facts"] == []  # loaded at the start of the run, before the tool saved the fact
+    later = agent(["hi"]).run(user("hello"), thread_id="B", context=User("u1"))
+    assert later["facts"] == ["likes green tea"]
+    other = agent(["hi"]).run(user("hello"), thread_id="C", context=User("u2"))
+    assert other["facts"] == []
+    # The fact lives in the store, not in any thread's checkpoints.
+    assert "likes green tea" not in repr(agent([]).get_state("B").values)
+    with pytest.raises(TypeError, match=r"Tool 'remember', parameter 'ctx' expects RunContext\[.*User\]"):
+        agent(["x"]).run(user("x"), thread_id="D", context="u1")
+    store.close()
