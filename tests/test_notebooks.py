@@ -40,12 +40,14 @@ TABLES = {
     "01_state_and_handlers": ["haystack-state", "haystack-state-diff"],
     "02_tools_and_the_invoker": ["haystack-state", "haystack-state-diff"],
     "03_agent_and_threads": ["haystack-state", "haystack-state-diff", "haystack-state-history"],
+    "04_context_memory_events_and_interrupts": ["haystack-state", "haystack-state-diff", "haystack-state-history"],
 }
 # A field description of each notebook's schema, which the State table must show.
 DESCRIPTIONS = {
     "01_state_and_handlers": "who is asking",
     "02_tools_and_the_invoker": "whose notes the tools may read",
     "03_agent_and_threads": "this run&#x27;s searches (reset every run)",
+    "04_context_memory_events_and_interrupts": "who is talking (given to each run)",
 }
 
 # What differs from one execution to the next: checkpoint ids and times.
@@ -122,7 +124,7 @@ def _outputs(notebook: Any) -> list[list[tuple[str, str]]]:
     return cells
 
 
-def test_the_three_notebooks_are_there() -> None:
+def test_the_notebooks_are_there() -> None:
     assert [path.stem for path in NOTEBOOKS] == list(TABLES)
 
 
