@@ -41,6 +41,7 @@ from haystack_state.persistence.chain import (
     corrupt_error,
     encoded_values,
     needs_snapshot,
+    paused_gc,
 )
 from haystack_state.persistence.codec import decode, encode, to_json
 from haystack_state.persistence.delta import Delta, ExtendError, Source, encode_delta, new_checkpoint_id
@@ -574,13 +575,14 @@ class Checkpointer(StateReader, abc.ABC):
             chain = yield ops.ReadChain(thread_id, parent_id, None)
             check_chain(thread_id, parent_id, None, chain)
             try:
-                composed, _ = compose_chain(
-                    thread_id, chain, from_snapshot=chain[0].snapshot is not None, extra=encoded
-                )
+                with paused_gc():
+                    composed, _ = compose_chain(
+                        thread_id, chain, from_snapshot=chain[0].snapshot is not None, extra=encoded
+                    )
+                    snapshot = to_json(encoded_values(composed))
             except ExtendError:
-                composed = None  # a corrupt chain: no snapshot now; reading the checkpoint reports it
-            if composed is not None:
-                snapshot = to_json(encoded_values(composed))
+                snapshot = None  # a corrupt chain: no snapshot now; reading the checkpoint reports it
+            if snapshot is not None:
                 chain_bytes, base_bytes = 0, len(snapshot)
         now = utc_now()
         row = StoredCheckpoint(
@@ -613,7 +615,8 @@ class Checkpointer(StateReader, abc.ABC):
         elif read_only:
             values = dict(state.frozen or {})
         else:
-            values = {key: fresh_copy(value) for key, value in (state.frozen or {}).items()}
+            with paused_gc():
+                values = {key: fresh_copy(value) for key, value in (state.frozen or {}).items()}
         return Checkpoint(meta=self._meta(row), values=values)
 
     def _history_flow(self, thread_id: str, limit: int | None, before: str | None) -> Flow[list[CheckpointMeta]]:

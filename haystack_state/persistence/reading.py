@@ -20,6 +20,7 @@ from haystack_state.persistence.chain import (
     encoded_values,
     extend_error,
     parse_delta,
+    paused_gc,
 )
 from haystack_state.persistence.codec import decode, from_json
 from haystack_state.persistence.delta import ExtendError, check_extends
@@ -96,9 +97,10 @@ class StateReader:
         that survive).
 
         :param row: The checkpoint.
-        :param cache: Whether to cache the result as the thread's head state.
-        :param read_only: Whether the caller takes a frozen state (then a state decoded from storage is frozen in
-            place and shared with the cache, rather than copied for it).
+        :param cache: Whether to cache the result as the thread's head state (only frozen states are cached).
+        :param read_only: Whether the caller takes a frozen state (then a state decoded from storage is decoded
+            frozen and shared with the cache); otherwise a state decoded from storage is decoded plain for the caller
+            and not cached.
         """
         thread_id, checkpoint_id = row.thread_id, row.checkpoint_id
         cached = self._cache.get(thread_id)
@@ -122,17 +124,19 @@ class StateReader:
                     self._cache.put(thread_id, checkpoint_id, frozen, (row.chain_bytes, row.base_bytes))
                 return Materialized(frozen=frozen, plain=None)
         try:
-            composed, _ = compose_chain(thread_id, chain, from_snapshot=chain[0].snapshot is not None)
+            with paused_gc():
+                composed, _ = compose_chain(thread_id, chain, from_snapshot=chain[0].snapshot is not None)
         except ExtendError as error:
             raise extend_error(thread_id, error, error.checkpoint_id or checkpoint_id) from None
         encoded = encoded_values(composed)
-        caching = cache and self._cache.size > 0
-        if not (caching or read_only):
+        if not read_only:
+            # The caller's own values, decoded once; not cached (that would take a second decode, or a copy, on
+            # every such read). The reads of a run (read-only) fill the cache.
             plain = yield from self._decode_state(row, encoded)
             return Materialized(frozen=None, plain=plain)
         # Decoded straight into frozen values (read-only, as the cache and a State hold them): no copy.
         frozen = yield from self._decode_state(row, encoded, frozen=True)
-        if caching:
+        if cache and self._cache.size > 0:
             self._cache.put(thread_id, checkpoint_id, frozen, (row.chain_bytes, row.base_bytes))
         return Materialized(frozen=frozen, plain=None)
 
@@ -149,7 +153,8 @@ class StateReader:
         self, row: StoredCheckpoint, state: dict[str, Any], *, frozen: bool = False
     ) -> Flow[dict[str, Any]]:
         try:
-            return {key: decode(value, key=key, frozen=frozen) for key, value in state.items()}
+            with paused_gc():
+                return {key: decode(value, key=key, frozen=frozen) for key, value in state.items()}
         except CodecError as error:
             culprit = yield from self._find_unreadable(row)
             raise corrupt_error(row.thread_id, culprit, error) from None
