@@ -22,6 +22,7 @@ import datetime as dt
 import os
 import sqlite3
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -78,6 +79,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
             expires_at REAL NOT NULL
         )""",
     ),
+    (  # snapshots written from now on are zlib-compressed UTF-8 (a BLOB); older ones (TEXT) still read as they are
+        f"CREATE INDEX {CHECKPOINTS}_snapshots ON {CHECKPOINTS} (thread_id, seq) WHERE snapshot IS NOT NULL",
+    ),
 ]
 
 _META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
@@ -95,6 +99,21 @@ _CHAIN = f"""
     )
     SELECT checkpoint_id, parent_id, delta, snapshot FROM chain
 """
+
+
+def pack_snapshot(snapshot: str | None) -> bytes | None:
+    """A snapshot as stored: its UTF-8 text compressed with zlib (a state's JSON shrinks several times)."""
+    return None if snapshot is None else zlib.compress(snapshot.encode("utf-8"), 1)
+
+
+def unpack_snapshot(stored: Any) -> str | None:
+    """A stored snapshot's text: a compressed BLOB (schema version 3), or TEXT as earlier versions wrote it."""
+    if stored is None or type(stored) is str:
+        return stored
+    try:
+        return zlib.decompress(stored).decode("utf-8")
+    except (zlib.error, UnicodeDecodeError, TypeError) as error:
+        return f"<unreadable compressed snapshot: {error}>"  # not JSON: reading it reports the checkpoint
 
 
 def _epoch(moment: dt.datetime) -> float:
@@ -336,7 +355,7 @@ class SQLiteCheckpointer(Checkpointer):
                 row.created_at.isoformat(),
                 row.metadata,
                 row.delta,
-                row.snapshot,
+                pack_snapshot(row.snapshot),
                 row.chain_bytes,
                 row.base_bytes,
             ),
@@ -370,17 +389,62 @@ class SQLiteCheckpointer(Checkpointer):
         return _row(found)
 
     def _read_chain(self, conn: sqlite3.Connection, op: ops.ReadChain) -> list[ChainLink]:
-        chain: list[ChainLink] = []
+        if op.stop_at is None:
+            chain = self._read_chain_by_range(conn, op)
+            if chain is not None:
+                return chain
+        chain = []
         seen: set[str] = set()
         cursor = conn.execute(_CHAIN, {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "stop": op.stop_at})
         for found in cursor:
-            chain.append(ChainLink(found[0], found[1], found[2], found[3]))
+            chain.append(ChainLink(found[0], found[1], found[2], unpack_snapshot(found[3])))
             if found[0] in seen:  # a cycle: check_chain reports it
                 break
             seen.add(found[0])
         cursor.close()
         chain.reverse()
         return chain
+
+    @staticmethod
+    def _read_chain_by_range(conn: sqlite3.Connection, op: ops.ReadChain) -> list[ChainLink] | None:
+        """
+        The chain from the nearest snapshot, read as one range of rows by sequence number (a child is always
+        written after its parent) instead of one lookup per link, then walked by parent links in memory. None if the
+        walk leaves the range (a branch forked from before the snapshot): the recursive walk reads it then.
+        """
+        conn.execute("BEGIN")
+        try:
+            found = conn.execute(
+                f"SELECT seq FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_id = ?",
+                (op.thread_id, op.checkpoint_id),
+            ).fetchone()
+            if found is None:
+                return []
+            top = found[0]
+            base = conn.execute(
+                f"SELECT max(seq) FROM {CHECKPOINTS} WHERE thread_id = ? AND seq <= ? AND snapshot IS NOT NULL",
+                (op.thread_id, top),
+            ).fetchone()[0]
+            rows = conn.execute(
+                f"SELECT checkpoint_id, parent_id, delta, snapshot FROM {CHECKPOINTS} "
+                "WHERE thread_id = ? AND seq BETWEEN ? AND ?",
+                (op.thread_id, base if base is not None else -(2**62), top),
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        by_id = {row[0]: row for row in rows}
+        chain: list[ChainLink] = []
+        link = by_id.get(op.checkpoint_id)
+        while link is not None:
+            chain.append(ChainLink(link[0], link[1], link[2], unpack_snapshot(link[3])))
+            if link[3] is not None or link[1] is None:
+                chain.reverse()
+                return chain
+            if len(chain) > len(rows):  # a cycle: check_chain reports it
+                chain.reverse()
+                return chain
+            link = by_id.get(link[1])
+        return None
 
     def _read_history(self, conn: sqlite3.Connection, op: ops.ReadHistory) -> list[StoredCheckpoint]:
         conn.execute("BEGIN")
@@ -444,7 +508,7 @@ class SQLiteCheckpointer(Checkpointer):
         conn.execute(
             f"UPDATE {CHECKPOINTS} SET snapshot = ?, chain_bytes = 0, base_bytes = ? "
             "WHERE thread_id = ? AND checkpoint_id = ?",
-            (op.snapshot, len(op.snapshot), op.thread_id, op.checkpoint_id),
+            (pack_snapshot(op.snapshot), len(op.snapshot), op.thread_id, op.checkpoint_id),
         )
 
     def _delete_checkpoints(self, conn: sqlite3.Connection, op: ops.DeleteCheckpoints) -> int:
