@@ -478,14 +478,20 @@ def to_json(data: Any) -> str:
     :raises CodecError: If the data is not JSON-compatible.
     """
     try:
-        text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(data)
     except (TypeError, ValueError) as error:
         raise CodecError(f"Cannot serialize encoded data to JSON: {error}") from None
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         text = json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     return text
+
+
+# One encoder for all data (json.dumps builds a new one per call when given options).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def from_json(text: str | bytes) -> Any:

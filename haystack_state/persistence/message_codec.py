@@ -26,6 +26,7 @@ __all__ = ["decode_chat_message", "encode_chat_message"]
 _PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
 _PLAIN_DICTS = frozenset({dict, FrozenDict})
 _PLAIN_LISTS = frozenset({list, FrozenList})
+_CONTENT_LISTS = frozenset({list, FrozenList, FrozenListWithObjects})  # a State's messages hold the last one
 _ROLES = {role.value: role for role in ChatRole}
 _TOOL_CALL_KEYS = frozenset({"tool_name", "arguments", "id", "extra"})
 _new = object.__new__
@@ -80,7 +81,7 @@ def encode_chat_message(message: Any, encode: Callable[[Any], Any]) -> dict[str,
     """
     fields = message.__dict__
     role = fields.get("_role")
-    if type(role) is not ChatRole or type(fields.get("_content")) not in _PLAIN_LISTS:
+    if type(role) is not ChatRole or type(fields.get("_content")) not in _CONTENT_LISTS:
         return None
     parts: list[dict[str, Any]] = []
     for part in fields["_content"]:

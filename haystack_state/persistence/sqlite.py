@@ -288,22 +288,36 @@ class SQLiteCheckpointer(Checkpointer):
 
     def _insert(self, conn: sqlite3.Connection, op: ops.Insert) -> None:
         row, expected_head, now = op.row, op.expected_head, _epoch(op.now)
+        created = row.created_at.isoformat()
+        if expected_head is not None and row.parent_id == expected_head:
+            # The usual commit, in two statements: move the head (unless another run holds the thread's lease),
+            # then insert the row. Anything else takes the checks below, which say what is wrong.
+            moved = conn.execute(
+                f"UPDATE {THREADS} SET head_id = ?, last_seq = last_seq + 1, updated_at = ?, "
+                "expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE ? + ttl END "
+                f"WHERE thread_id = ? AND head_id = ? AND {_VISIBLE.replace(':now', '?')} AND NOT EXISTS "
+                f"(SELECT 1 FROM {LEASES} WHERE thread_id = ? AND owner IS NOT ? AND expires_at > ?) "
+                "RETURNING last_seq",
+                (
+                    row.checkpoint_id,
+                    created,
+                    now,
+                    row.thread_id,
+                    expected_head,
+                    now,
+                    row.thread_id,
+                    op.lease_owner if op.lease_owner is not None else "",
+                    now if op.lease_owner is not None else float("inf"),
+                ),
+            ).fetchall()
+            if len(moved) == 1:
+                self._insert_row(conn, row, "?", (moved[0][0],))
+                return
         if op.lease_owner is not None:
             holder = conn.execute(f"SELECT owner, expires_at FROM {LEASES} WHERE thread_id = ?", (row.thread_id,))
             found = holder.fetchone()
             if found is not None and found[0] != op.lease_owner and found[1] > now:
                 raise busy_error(row.thread_id, found[0], _from_epoch(found[1]))
-        created = row.created_at.isoformat()
-        if expected_head is not None and row.parent_id == expected_head:
-            moved = conn.execute(
-                f"UPDATE {THREADS} SET head_id = ?, last_seq = last_seq + 1, updated_at = ?, "
-                "expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE ? + ttl END "
-                f"WHERE thread_id = ? AND head_id = ? AND {_VISIBLE.replace(':now', '?')}",
-                (row.checkpoint_id, created, now, row.thread_id, expected_head, now),
-            ).rowcount
-            if moved == 1:
-                self._insert_row(conn, row, f"(SELECT last_seq FROM {THREADS} WHERE thread_id = ?)", (row.thread_id,))
-                return
         found = conn.execute(
             f"SELECT head_id, last_seq, expires_at FROM {THREADS} WHERE thread_id = ?", (row.thread_id,)
         ).fetchone()

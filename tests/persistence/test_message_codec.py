@@ -138,4 +138,5 @@ def test_the_usual_messages_take_the_fast_paths() -> None:
     for message in _messages()[:9]:
         data = encode_chat_message(message, codec._encode)
         assert data is not None
+        assert encode_chat_message(state_values.freeze(message), codec._encode) == data  # as a State holds it
         assert decode_chat_message(from_json(to_json(data)), codec._decode, False) is not None
