@@ -24,7 +24,7 @@ import asyncio
 import collections
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -101,6 +101,53 @@ class _Attempt:
         return self.conn is not None and bool(self.conn.closed or getattr(self.conn, "broken", False))
 
 
+class _Failed:
+    """An operation's error, carried back from a batch to the operation's own caller."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class _AppendBatcher:
+    """
+    Group commit for the usual appends of one event loop: the commits that arrive while a batch is being written
+    wait and go together in the next one (at most ``limit``), so that concurrent runs share round trips and WAL
+    flushes instead of each paying its own.
+    """
+
+    def __init__(self, limit: int = 64) -> None:
+        self.limit = limit
+        self.pending: list[tuple[ops.Insert, asyncio.Future[Any]]] = []
+        self.writing: asyncio.Task[None] | None = None
+
+    async def submit(self, op: ops.Insert, write: Callable[[list[ops.Insert]], Awaitable[list[Any]]]) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending.append((op, future))
+        if self.writing is None:
+            self.writing = asyncio.get_running_loop().create_task(self._drain(write))
+        result = await future
+        if isinstance(result, _Failed):
+            raise result.error
+        return result
+
+    async def _drain(self, write: Callable[[list[ops.Insert]], Awaitable[list[Any]]]) -> None:
+        try:
+            await asyncio.sleep(0)  # let the commits of this turn of the loop join the first batch
+            while self.pending:
+                batch, self.pending = self.pending[: self.limit], self.pending[self.limit :]
+                try:
+                    results = await write([op for op, _ in batch])
+                except BaseException as error:
+                    results = [_Failed(error)] * len(batch)
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        finally:
+            self.writing = None
+
+
 class _LoopConnections:
     """
     The async connections of one event loop: at most ``size``, reused, waited for when all are busy.
@@ -118,6 +165,7 @@ class _LoopConnections:
         self.open: list[psycopg.AsyncConnection[Any]] = []
         self.connecting = 0
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.appends = _AppendBatcher()
 
     def loop_gone(self) -> bool:
         loop = self.loop()
@@ -274,6 +322,52 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
 
     async def _aexecute(self, op: ops.Op) -> Any:
         connections = self._async_connections()
+        if isinstance(op, ops.Insert) and self.appends(op):
+            return await connections.appends.submit(op, lambda batch: self._append_batch(connections, batch))
+        return await self._aexecute_alone(connections, op)
+
+    async def _append_batch(self, connections: _LoopConnections, batch: list[ops.Insert]) -> list[Any]:
+        """
+        Apply the usual commits of several runs in one transaction (one round trip, one WAL flush: a group commit).
+        Each gets None once applied, or is run on its own (a commit that did not apply, say a stale head, runs the
+        full script, which reports why; after a failure of the batch, each is looked up and run again if missing).
+        """
+        conn = await connections.get()
+        state = _Attempt()
+        state.conn = conn
+        counts: list[int] = []
+        failed: BaseException | None = None
+        try:
+            async with conn.pipeline():
+                await conn.execute("BEGIN")
+                cursors = [await conn.execute(*self.append_statement(op)) for op in batch]
+                state.committing = True
+                await conn.execute("COMMIT")
+            counts = [cursor.rowcount for cursor in cursors]
+        except psycopg.Error as error:
+            failed = error
+            if not state.dead() and not conn.closed:
+                try:
+                    await conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass
+        finally:
+            connections.put(conn)
+        results: list[Any] = []
+        for index, op in enumerate(batch):
+            if failed is None and counts[index] == 1:
+                results.append(None)
+                continue
+            try:
+                if failed is not None and state.committing and await asyncio.to_thread(self._applied, op):
+                    results.append(None)
+                    continue
+                results.append(await self._aexecute_alone(connections, op))
+            except BaseException as error:  # handed to the commit it belongs to
+                results.append(_Failed(error))
+        return results
+
+    async def _aexecute_alone(self, connections: _LoopConnections, op: ops.Op) -> Any:
         for attempt in (1, 2):
             state = _Attempt()
             conn = await connections.get()
