@@ -25,7 +25,7 @@ import collections
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 try:
@@ -347,10 +347,8 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         except psycopg.Error as error:
             failed = error
             if not state.dead() and not conn.closed:
-                try:
+                with suppress(psycopg.Error):
                     await conn.execute("ROLLBACK")
-                except psycopg.Error:
-                    pass
         finally:
             connections.put(conn)
         results: list[Any] = []
