@@ -18,9 +18,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, CodecError
-from haystack_state.persistence.codec import from_json
+from haystack_state.persistence.codec import encode, from_json, to_json
 from haystack_state.persistence.delta import ExtendError, compose_deltas, validate_delta
 from haystack_state.persistence.records import ChainLink
+from haystack_state.values import FrozenList, FrozenListWithObjects
 
 __all__ = [
     "check_chain",
@@ -29,6 +30,7 @@ __all__ = [
     "encoded_values",
     "needs_snapshot",
     "paused_gc",
+    "state_json",
     "parse_delta",
     "parse_snapshot",
 ]
@@ -170,6 +172,29 @@ def encoded_values(composed: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 def extend_error(thread_id: str, error: ExtendError, checkpoint_id: str) -> CheckpointError:
     """The error for an ``extend`` of a stored value that is not a list."""
     return CheckpointError(f"Thread '{thread_id}', checkpoint '{checkpoint_id}': {error}.")
+
+
+_LISTS = frozenset({list, FrozenList, FrozenListWithObjects})
+
+
+def state_json(values: Mapping[str, Any]) -> str:
+    """
+    A state's snapshot text, from its values (decoded, frozen or not): the JSON a snapshot composed from the stored
+    rows gives, but built item by item, so that only the text is ever held whole (never the encoded data of the whole
+    state, several times its size in Python objects).
+
+    :param values: The state.
+    :returns: The JSON text of ``{key: encoded value}``.
+    :raises CodecError: If a value cannot be encoded.
+    """
+    parts = []
+    for key, value in values.items():
+        if type(value) in _LISTS:
+            items = ",".join(to_json(encode(item, key=key)) for item in value)
+            parts.append(f"{to_json(key)}:[{items}]")
+        else:
+            parts.append(f"{to_json(key)}:{to_json(encode(value, key=key))}")
+    return "{" + ",".join(parts) + "}"
 
 
 def needs_snapshot(chain_bytes: int, base_bytes: int, *, min_bytes: int, ratio: float) -> bool:

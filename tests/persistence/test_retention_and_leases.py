@@ -410,3 +410,49 @@ def test_a_version_2_sqlite_database_with_text_snapshots_reads_and_then_stores_t
     with SQLiteCheckpointer(path, cache_size=0) as cp:
         assert cp.get("old").values == {"xs": [1, 2, 3, 4], "note": "é"}
         assert cp.get("old", "c2").values == {"xs": [1, 2, 3], "note": "é"}
+
+
+def test_a_snapshot_built_from_the_head_cache_equals_one_composed_from_the_rows(tmp_path: Any) -> None:
+    import collections
+    import sqlite3
+
+    from haystack.dataclasses import ChatMessage, ToolCall
+
+    from haystack_state.persistence import SQLiteCheckpointer, delete, extend
+    from haystack_state.persistence.sqlite import unpack_snapshot
+
+    call = ToolCall(tool_name="search", arguments={"q": "x", "n": [1, 2.5]}, id="c1")
+    deltas: list[dict[str, Any]] = []
+    for i in range(12):
+        deltas.append({"messages": extend([ChatMessage.from_assistant(tool_calls=[call], meta={"i": i})])})
+        deltas.append(
+            {
+                "messages": extend([ChatMessage.from_tool(f"result {i} é \ud800", origin=call)]),
+                "counts": replace(collections.Counter({"a": i})),
+                "pair": replace((i, "x")) if i % 3 else delete(),
+                "tags": extend([{"i": i, "set": {i}}]),
+            }
+        )
+    path = tmp_path / "snapshots.sqlite"
+    settings: dict[str, Any] = {"snapshot_min_bytes": 0, "snapshot_ratio": 0.5}
+    with SQLiteCheckpointer(path, **settings) as warm, SQLiteCheckpointer(path, cache_size=0, **settings) as cold:
+        for cp, thread in ((warm, "warm"), (cold, "cold")):
+            head = None
+            for step, delta in enumerate(deltas):
+                head = cp.commit(
+                    thread, parent_id=head, expected_head=head, delta=delta, step=step, source="tools"
+                ).checkpoint_id
+        assert warm.get("warm").values == cold.get("cold").values
+    conn = sqlite3.connect(path)
+    snapshots = {
+        thread: [
+            unpack_snapshot(row[0])
+            for row in conn.execute(
+                "SELECT snapshot FROM haystack_state_checkpoints WHERE thread_id = ? ORDER BY seq", (thread,)
+            )
+        ]
+        for thread in ("warm", "cold")
+    }
+    conn.close()
+    assert sum(s is not None for s in snapshots["warm"]) >= 3
+    assert snapshots["warm"] == snapshots["cold"]
