@@ -187,14 +187,23 @@ def state_json(values: Mapping[str, Any]) -> str:
     :returns: The JSON text of ``{key: encoded value}``.
     :raises CodecError: If a value cannot be encoded.
     """
-    parts = []
+    parts = ["{"]
     for key, value in values.items():
+        if len(parts) > 1:
+            parts.append(",")
+        parts.append(to_json(key))
         if type(value) in _LISTS:
-            items = ",".join(to_json(encode(item, key=key)) for item in value)
-            parts.append(f"{to_json(key)}:[{items}]")
+            parts.append(":[")
+            for index, item in enumerate(value):
+                if index:
+                    parts.append(",")
+                parts.append(to_json(encode(item, key=key)))
+            parts.append("]")
         else:
-            parts.append(f"{to_json(key)}:{to_json(encode(value, key=key))}")
-    return "{" + ",".join(parts) + "}"
+            parts.append(":")
+            parts.append(to_json(encode(value, key=key)))
+    parts.append("}")
+    return "".join(parts)  # joined once: the pieces and the text are the only copies
 
 
 def needs_snapshot(chain_bytes: int, base_bytes: int, *, min_bytes: int, ratio: float) -> bool:

@@ -103,7 +103,15 @@ _CHAIN = f"""
 
 def pack_snapshot(snapshot: str | None) -> bytes | None:
     """A snapshot as stored: its UTF-8 text compressed with zlib (a state's JSON shrinks several times)."""
-    return None if snapshot is None else zlib.compress(snapshot.encode("utf-8"), 1)
+    if snapshot is None:
+        return None
+    packer = zlib.compressobj(1)
+    step = 1 << 20  # encoded a slice at a time: never a second whole copy of a large state's text
+    chunks = [
+        packer.compress(snapshot[start : start + step].encode("utf-8")) for start in range(0, len(snapshot), step)
+    ]
+    chunks.append(packer.flush())
+    return b"".join(chunks)
 
 
 def unpack_snapshot(stored: Any) -> str | None:
