@@ -24,7 +24,7 @@ import asyncio
 import collections
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -43,6 +43,7 @@ from haystack.utils import Secret
 from haystack_state.errors import CheckpointError
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer
+from haystack_state.persistence.grouping import Failed, GroupCommit
 from haystack_state.persistence.postgres_scripts import ALL, COUNT, ONE, PostgresScripts, Script
 
 #: Append-only: the schema version is the number of migrations applied. Never edit or reorder an entry.
@@ -101,53 +102,6 @@ class _Attempt:
         return self.conn is not None and bool(self.conn.closed or getattr(self.conn, "broken", False))
 
 
-class _Failed:
-    """An operation's error, carried back from a batch to the operation's own caller."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-class _AppendBatcher:
-    """
-    Group commit for the usual appends of one event loop: the commits that arrive while a batch is being written
-    wait and go together in the next one (at most ``limit``), so that concurrent runs share round trips and WAL
-    flushes instead of each paying its own.
-    """
-
-    def __init__(self, limit: int = 64) -> None:
-        self.limit = limit
-        self.pending: list[tuple[ops.Insert, asyncio.Future[Any]]] = []
-        self.writing: asyncio.Task[None] | None = None
-
-    async def submit(self, op: ops.Insert, write: Callable[[list[ops.Insert]], Awaitable[list[Any]]]) -> Any:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.pending.append((op, future))
-        if self.writing is None:
-            self.writing = asyncio.get_running_loop().create_task(self._drain(write))
-        result = await future
-        if isinstance(result, _Failed):
-            raise result.error
-        return result
-
-    async def _drain(self, write: Callable[[list[ops.Insert]], Awaitable[list[Any]]]) -> None:
-        try:
-            await asyncio.sleep(0)  # let the commits of this turn of the loop join the first batch
-            while self.pending:
-                batch, self.pending = self.pending[: self.limit], self.pending[self.limit :]
-                try:
-                    results = await write([op for op, _ in batch])
-                except BaseException as error:
-                    results = [_Failed(error)] * len(batch)
-                for (_, future), result in zip(batch, results, strict=True):
-                    if not future.done():
-                        future.set_result(result)
-        finally:
-            self.writing = None
-
-
 class _LoopConnections:
     """
     The async connections of one event loop: at most ``size``, reused, waited for when all are busy.
@@ -165,7 +119,7 @@ class _LoopConnections:
         self.open: list[psycopg.AsyncConnection[Any]] = []
         self.connecting = 0
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self.appends = _AppendBatcher()
+        self.appends = GroupCommit()
 
     def loop_gone(self) -> bool:
         loop = self.loop()
@@ -362,7 +316,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
                     continue
                 results.append(await self._aexecute_alone(connections, op))
             except BaseException as error:  # handed to the commit it belongs to
-                results.append(_Failed(error))
+                results.append(Failed(error))
         return results
 
     async def _aexecute_alone(self, connections: _LoopConnections, op: ops.Op) -> Any:

@@ -22,6 +22,7 @@ import datetime as dt
 import os
 import sqlite3
 import threading
+import weakref
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ from typing import Any
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, CheckpointStorageError, ThreadNotFoundError
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer, check_commit
+from haystack_state.persistence.grouping import Failed, GroupCommit
 from haystack_state.persistence.leases import busy_error
 from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo, parse_row, string_list_json
 
@@ -165,6 +167,7 @@ class SQLiteCheckpointer(Checkpointer):
         self._all: list[sqlite3.Connection] = []
         self._single = threading.Lock() if self._path == ":memory:" else None
         self._executor: ThreadPoolExecutor | None = None
+        self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = weakref.WeakKeyDictionary()
         self._identity: tuple[int, int] | None = None
         self._handlers: dict[type, Callable[[sqlite3.Connection, Any], Any]] = {
             ops.Insert: self._insert,
@@ -274,7 +277,41 @@ class SQLiteCheckpointer(Checkpointer):
             with self._pool_lock:
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="haystack-state-sqlite")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._execute, op)
+        loop = asyncio.get_running_loop()
+        if isinstance(op, ops.Insert):
+            with self._pool_lock:
+                group = self._groups.get(loop)
+                if group is None:
+                    group = self._groups[loop] = GroupCommit()
+            executor = self._executor
+            return await group.submit(op, lambda batch: loop.run_in_executor(executor, self._insert_batch, batch))
+        return await loop.run_in_executor(self._executor, self._execute, op)
+
+    def _insert_batch(self, batch: list[ops.Insert]) -> list[Any]:
+        """
+        Apply the commits of several async runs in one transaction (a group commit), each in a savepoint of its own:
+        one that fails (a stale head, a lease held by another run) is undone alone and gets its error.
+        """
+        results: list[Any] = []
+        with self._write_lock, self._connection() as conn:
+            self._check_file()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for op in batch:
+                    conn.execute("SAVEPOINT one_commit")
+                    try:
+                        self._insert(conn, op)
+                    except Exception as error:
+                        conn.execute("ROLLBACK TO one_commit")
+                        results.append(Failed(error))
+                    else:
+                        results.append(None)
+                    conn.execute("RELEASE one_commit")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return results
 
     def _close(self) -> None:
         if self._executor is not None:
