@@ -292,12 +292,17 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         counts: list[int] = []
         failed: BaseException | None = None
         try:
-            async with conn.pipeline():
-                await conn.execute("BEGIN")
-                cursors = [await conn.execute(*self.append_statement(op)) for op in batch]
-                state.committing = True
-                await conn.execute("COMMIT")
-            counts = [cursor.rowcount for cursor in cursors]
+            statements = [self.append_statement(op) for op in batch]
+            await conn.execute("BEGIN")
+            async with conn.cursor() as cursor:
+                # One statement, many parameter sets: psycopg sends them pipelined; a row comes back per commit applied.
+                await cursor.executemany(statements[0][0], [params for _, params in statements], returning=True)
+                while True:
+                    counts.append(len(await cursor.fetchall()))
+                    if not cursor.nextset():
+                        break
+            state.committing = True
+            await conn.execute("COMMIT")
         except psycopg.Error as error:
             failed = error
             if not state.dead() and not conn.closed:

@@ -35,6 +35,7 @@ _APPEND = """
         created_at, metadata, delta, snapshot, chain_bytes, base_bytes)
     SELECT %(thread)s, %(id)s, last_seq, %(parent)s, %(step)s, %(source)s, %(tools)s, %(keys)s, %(created)s,
         %(metadata)s, %(delta)s, %(snapshot)s, %(chain)s, %(base)s FROM moved
+    RETURNING seq
 """
 _VISIBLE = "(expires_at IS NULL OR expires_at > %(now)s)"
 ONE, ALL, COUNT, NONE = "one", "all", "count", "none"
