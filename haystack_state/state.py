@@ -406,7 +406,10 @@ class State:
         """Store an already-checked whole value."""
         spec = self._specs[key]
         self._journal[key] = None
-        if spec.is_list and isinstance(value, list):
+        if isinstance(value, FrozenList) and spec.is_list:  # frozen already (a checkpoint's): items shared, not copied
+            self._values[key] = list(value)
+            self._has_objects[key] = value.has_objects
+        elif spec.is_list and isinstance(value, list):
             items = [freeze(item) for item in value]
             self._values[key] = items
             self._has_objects[key] = any(map(needs_copy_on_read, items))

@@ -140,3 +140,34 @@ def test_the_usual_messages_take_the_fast_paths() -> None:
         assert data is not None
         assert encode_chat_message(state_values.freeze(message), codec._encode) == data  # as a State holds it
         assert decode_chat_message(from_json(to_json(data)), codec._decode, False) is not None
+
+
+def test_a_state_built_from_a_read_only_checkpoint_holds_each_message_once(tmp_path: Any) -> None:
+    import gc
+
+    from haystack_state import State
+    from haystack_state.persistence import SQLiteCheckpointer, extend
+
+    path = tmp_path / "once.sqlite"
+    with SQLiteCheckpointer(path) as writer:
+        head = None
+        for i in range(40):
+            delta = {"messages": extend([ChatMessage.from_user(f"m{i}"), ChatMessage.from_tool(f"r{i}", origin=CALL)])}
+            head = writer.commit(
+                "t", parent_id=head, expected_head=head, delta=delta, step=i, source="tools"
+            ).checkpoint_id
+    del delta
+    gc.collect()
+    before = sum(type(obj) is ChatMessage for obj in gc.get_objects())  # other tests' messages
+    with SQLiteCheckpointer(path) as reader:
+        values = reader.get("t", read_only=True).values  # decoded frozen, shared with the reader's cache
+        state = State({"messages": {"type": list[ChatMessage]}}, values)
+        del values
+        gc.collect()
+        alive = sum(type(obj) is ChatMessage for obj in gc.get_objects()) - before
+        assert alive == 80  # the cache's, shared by the State
+        mine = state.get("messages")
+        mine.append(ChatMessage.from_user("not in the state"))
+        assert mine[0] == reader.get("t").values["messages"][0]
+        assert mine[0] is not reader.get("t", read_only=True).values["messages"][0]  # a reader's copy, not the cache's
+        assert len(state.get("messages")) == 80
