@@ -308,6 +308,9 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
             if not state.dead() and not conn.closed:
                 with suppress(psycopg.Error):
                     await conn.execute("ROLLBACK")
+        except BaseException:
+            conn.pgconn.finish()  # cancelled mid-batch: a transaction may be open on it, so it is not reused
+            raise
         finally:
             connections.put(conn)
         results: list[Any] = []

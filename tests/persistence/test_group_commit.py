@@ -122,3 +122,39 @@ def test_group_commit_batches_respect_their_limit(backend: Harness, size: int) -
         asyncio.run(main())
     with backend.make(cache_size=0) as fresh:
         assert all(fresh.get(t).values == {"xs": [0, 1]} for t in threads)
+
+
+def test_a_commit_the_database_refuses_fails_alone_and_its_batch_still_applies(backend: Harness) -> None:
+    from haystack_state.errors import CheckpointStorageError
+
+    if not backend.persistent:
+        pytest.skip("memory stores any int")
+    threads = [_thread() for _ in range(6)]
+    cp = backend.make()
+    roots = [
+        cp.commit(t, parent_id=None, expected_head=None, delta={"xs": extend([0])}, step=0, source="input")
+        for t in threads
+    ]
+
+    async def main() -> list[object]:
+        return await asyncio.gather(
+            *(
+                cp.acommit(
+                    t,
+                    parent_id=r.checkpoint_id,
+                    expected_head=r.checkpoint_id,
+                    delta={"xs": extend([1])},
+                    step=2**70 if index == 2 else 1,  # beyond a 64-bit integer column
+                    source="tools",
+                )
+                for index, (t, r) in enumerate(zip(threads, roots, strict=True))
+            ),
+            return_exceptions=True,
+        )
+
+    results = asyncio.run(main())
+    assert isinstance(results[2], CheckpointStorageError)
+    assert all(not isinstance(r, BaseException) for i, r in enumerate(results) if i != 2)
+    with backend.make(cache_size=0) as fresh:
+        for index, t in enumerate(threads):
+            assert fresh.get(t).values == {"xs": [0] if index == 2 else [0, 1]}
