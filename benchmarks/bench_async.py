@@ -230,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             return PostgresCheckpointer(DSN, schema=schemas[-1], max_connections=POOL_SIZE)
 
         measure("ours, PostgreSQL", with_checkpointer(make_postgres))
-    if not args.no_langgraph:
+    if not args.no_langgraph and "StateGraph" not in globals():
+        print("LangGraph: skipped (langgraph is not installed: pip install -e '.[bench]' langgraph)")
+    elif not args.no_langgraph:
         from contextlib import asynccontextmanager
 
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver

@@ -453,7 +453,11 @@ class State:
         """Store an already-checked whole value."""
         spec = self._specs[key]
         try:
-            if spec.is_list and isinstance(value, list):
+            if isinstance(value, FrozenList) and spec.is_list:  # frozen already (a checkpoint's): items shared
+                self._journal[key] = None
+                self._values[key] = list(value)
+                self._has_objects[key] = value.has_objects
+            elif spec.is_list and isinstance(value, list):
                 items = [freeze(item) for item in value]
                 self._journal[key] = None
                 self._values[key] = items

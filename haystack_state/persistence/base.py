@@ -29,25 +29,28 @@ from haystack_state.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     CheckpointStorageError,
+    CodecError,
     HaystackStateError,
     ThreadConflictError,
     ThreadNotFoundError,
 )
 from haystack_state.persistence import ops
-from haystack_state.persistence.cache import HeadCache, fresh_copy
+from haystack_state.persistence.cache import HeadCache, fresh_copy, merge_frozen
 from haystack_state.persistence.chain import (
     check_chain,
     compose_chain,
     corrupt_error,
     encoded_values,
     needs_snapshot,
+    paused_gc,
+    state_json,
 )
 from haystack_state.persistence.codec import decode, encode, to_json
 from haystack_state.persistence.delta import Delta, ExtendError, Source, encode_delta, new_checkpoint_id
 from haystack_state.persistence.delta import utc_now as utc_now
 from haystack_state.persistence.leases import new_owner
 from haystack_state.persistence.ops import Flow
-from haystack_state.persistence.reading import StateReader
+from haystack_state.persistence.reading import StateReader, adopt_op
 from haystack_state.persistence.records import (
     SOURCES,
     ChainLink,
@@ -571,16 +574,19 @@ class Checkpointer(StateReader, abc.ABC):
             and base_bytes >= 0
             and needs_snapshot(chain_bytes, base_bytes, min_bytes=self._snapshot_min_bytes, ratio=self._snapshot_ratio)
         ):
-            chain = yield ops.ReadChain(thread_id, parent_id, None)
-            check_chain(thread_id, parent_id, None, chain)
-            try:
-                composed, _ = compose_chain(
-                    thread_id, chain, from_snapshot=chain[0].snapshot is not None, extra=encoded
-                )
-            except ExtendError:
-                composed = None  # a corrupt chain: no snapshot now; reading the checkpoint reports it
-            if composed is not None:
-                snapshot = to_json(encoded_values(composed))
+            snapshot = self._snapshot_from_cache(thread_id, parent_id, delta)
+            if snapshot is None:
+                chain = yield ops.ReadChain(thread_id, parent_id, None)
+                check_chain(thread_id, parent_id, None, chain)
+                try:
+                    with paused_gc():
+                        composed, _ = compose_chain(
+                            thread_id, chain, from_snapshot=chain[0].snapshot is not None, extra=encoded
+                        )
+                        snapshot = to_json(encoded_values(composed))
+                except ExtendError:
+                    snapshot = None  # a corrupt chain: no snapshot now; reading the checkpoint reports it
+            if snapshot is not None:
                 chain_bytes, base_bytes = 0, len(snapshot)
         now = utc_now()
         row = StoredCheckpoint(
@@ -613,8 +619,24 @@ class Checkpointer(StateReader, abc.ABC):
         elif read_only:
             values = dict(state.frozen or {})
         else:
-            values = {key: fresh_copy(value) for key, value in (state.frozen or {}).items()}
+            with paused_gc():
+                values = {key: fresh_copy(value) for key, value in (state.frozen or {}).items()}
         return Checkpoint(meta=self._meta(row), values=values)
+
+    def _snapshot_from_cache(self, thread_id: str, parent_id: str, delta: Delta) -> str | None:
+        """
+        A commit's snapshot from the parent's state in the head cache (the usual case for the process that writes a
+        thread), serialized item by item; None if the cache does not hold the parent (then it is composed from the
+        stored rows).
+        """
+        cached = self._cache.get(thread_id)
+        if cached is None or cached[0] != parent_id:
+            return None
+        try:
+            with paused_gc():
+                return state_json(merge_frozen(cached[1], {key: adopt_op(op) for key, op in delta.items()}))
+        except (ExtendError, CodecError):
+            return None  # the rows path reports it, or writes no snapshot
 
     def _history_flow(self, thread_id: str, limit: int | None, before: str | None) -> Flow[list[CheckpointMeta]]:
         check_thread_id(thread_id)

@@ -27,12 +27,17 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from haystack.dataclasses import ChatMessage
+
 from haystack_state.errors import CodecError
+from haystack_state.persistence.message_codec import decode_chat_message, encode_chat_message
 from haystack_state.persistence.registry import BUILTIN_TAGS, adapter_for_class, adapter_for_name
 from haystack_state.runtime import RunContext
+from haystack_state.values import SCALARS, FrozenDict, freeze, frozen_dict, frozen_list
 
 TYPE_KEY = "__type__"
 DATA_KEY = "data"
+_CHAT_MESSAGE = "haystack.ChatMessage"
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _REGISTER_HINT = "a dataclass, a pydantic model, an Enum, a NamedTuple or a class with to_dict()/from_dict()"
@@ -121,6 +126,13 @@ def _encode(value: Any) -> Any:
         return _encode_items(value)
     if cls is dict:
         return _encode_dict(value, _key_segment)
+    if cls is ChatMessage:
+        try:
+            data = encode_chat_message(value, _encode)
+        except _Failure:
+            data = None  # the general path reports it, with the path inside the message
+        if data is not None:
+            return _tag(_CHAT_MESSAGE, data)
     adapter = adapter_for_class(cls)
     if adapter is not None:
         return _encode_object(value, adapter.name, adapter.to_data)
@@ -322,6 +334,13 @@ def _decode_tagged(tagged: dict[str, Any]) -> Any:
             raise
         except Exception as error:
             raise _Failure(f"invalid stored {name} at {{path}}: {type(error).__name__}: {error}") from None
+    if name == _CHAT_MESSAGE:
+        try:
+            message = decode_chat_message(data, _decode, False)
+        except _Failure:
+            message = None  # the general path reports it
+        if message is not None:
+            return message
     adapter = adapter_for_name(name)
     if adapter is None:
         raise _Failure(
@@ -401,25 +420,54 @@ def _decode_pairs(data: Any) -> dict[Any, Any]:
     return out
 
 
-def decode(data: Any, *, key: str | None = None, where: str | None = None) -> Any:
+def _decode_frozen(data: Any) -> Any:
+    """Decode straight into the shape :func:`haystack_state.values.freeze` gives (no decode-then-copy)."""
+    cls = type(data)
+    if data is None or cls is str or cls is int or cls is bool or cls is float:
+        return data
+    if cls is list:
+        return frozen_list([item if type(item) in SCALARS else _decode_frozen(item) for item in data])
+    if cls is dict:
+        if TYPE_KEY in data:
+            if data[TYPE_KEY] == _CHAT_MESSAGE and len(data) == 2 and DATA_KEY in data:
+                message = decode_chat_message(data[DATA_KEY], _decode_frozen, True)
+                if message is not None:
+                    return message
+            return freeze(_decode_tagged(data))
+        if SCALARS.issuperset(map(type, data.values())):
+            return FrozenDict(data)
+        return frozen_dict({key: _decode_frozen(item) for key, item in data.items()})
+    raise _Failure("not JSON data")
+
+
+def decode(data: Any, *, key: str | None = None, where: str | None = None, frozen: bool = False) -> Any:
     """
     Turn data produced by :func:`encode` (or parsed from stored JSON) back into a value.
 
     :param data: JSON-compatible data.
     :param key: The state key the data belongs to; named in error messages.
     :param where: The root of the path in error messages when there is no state key (default ``"value"``).
+    :param frozen: Build the value read-only, as :func:`haystack_state.values.freeze` gives it (for a State or the
+        head cache), instead of decoding it and then freezing a copy. ``data`` must then be owned by no one else
+        (freshly parsed): its dicts and lists may become parts of the value.
     :returns: The value.
     :raises CodecError: If the data names a type outside the allowlist, or is malformed. The message names the state
         key, the path and the stored type name. Nothing is imported, whatever the data says.
     """
+    if frozen:
+        try:
+            return _decode_frozen(data)
+        except Exception:  # the plain path below reports it exactly (or gives the value)
+            pass
     prefix, root = _root(key, where)
     try:
-        return _decode(data)
+        value = _decode(data)
     except _Failure as failure:
         message = failure.reason.replace("{path}", failure.path(root), 1)
         raise CodecError(f"{prefix}cannot decode stored value: {message}") from None
     except RecursionError:
         raise CodecError(f"{prefix}cannot decode {root}: it is nested too deeply.") from None
+    return freeze(value) if frozen else value
 
 
 # --- JSON text ---------------------------------------------------------------------------------------------------
@@ -436,14 +484,20 @@ def to_json(data: Any) -> str:
     :raises CodecError: If the data is not JSON-compatible.
     """
     try:
-        text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(data)
     except (TypeError, ValueError) as error:
         raise CodecError(f"Cannot serialize encoded data to JSON: {error}") from None
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         text = json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     return text
+
+
+# One encoder for all data (json.dumps builds a new one per call when given options).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def from_json(text: str | bytes) -> Any:

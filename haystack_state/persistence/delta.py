@@ -18,7 +18,6 @@ import datetime as dt
 import secrets
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -258,7 +257,8 @@ def new_checkpoint_id() -> str:
                 _last_ms, _counter = _last_ms + 1, 0
         ms, counter = _last_ms, _counter
     value = (ms & (2**48 - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | secrets.randbits(62)
-    return str(uuid.UUID(int=value))
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"  # str(uuid.UUID(int=value))
 
 
 def utc_now() -> dt.datetime:

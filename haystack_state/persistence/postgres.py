@@ -25,7 +25,7 @@ import collections
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 try:
@@ -43,6 +43,7 @@ from haystack.utils import Secret
 from haystack_state.errors import CheckpointError
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer
+from haystack_state.persistence.grouping import Failed, GroupCommit
 from haystack_state.persistence.postgres_scripts import ALL, COUNT, ONE, PostgresScripts, Script
 
 #: Append-only: the schema version is the number of migrations applied. Never edit or reorder an entry.
@@ -118,6 +119,7 @@ class _LoopConnections:
         self.open: list[psycopg.AsyncConnection[Any]] = []
         self.connecting = 0
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.appends = GroupCommit()
 
     def loop_gone(self) -> bool:
         loop = self.loop()
@@ -274,6 +276,58 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
 
     async def _aexecute(self, op: ops.Op) -> Any:
         connections = self._async_connections()
+        if isinstance(op, ops.Insert) and self.appends(op):
+            return await connections.appends.submit(op, lambda batch: self._append_batch(connections, batch))
+        return await self._aexecute_alone(connections, op)
+
+    async def _append_batch(self, connections: _LoopConnections, batch: list[ops.Insert]) -> list[Any]:
+        """
+        Apply the usual commits of several runs in one transaction (one round trip, one WAL flush: a group commit).
+        Each gets None once applied, or is run on its own (a commit that did not apply, say a stale head, runs the
+        full script, which reports why; after a failure of the batch, each is looked up and run again if missing).
+        """
+        conn = await connections.get()
+        state = _Attempt()
+        state.conn = conn
+        counts: list[int] = []
+        failed: BaseException | None = None
+        try:
+            statements = [self.append_statement(op) for op in batch]
+            await conn.execute("BEGIN")
+            async with conn.cursor() as cursor:
+                # One statement, many parameter sets: psycopg sends them pipelined; a row comes back per commit applied.
+                await cursor.executemany(statements[0][0], [params for _, params in statements], returning=True)
+                while True:
+                    counts.append(len(await cursor.fetchall()))
+                    if not cursor.nextset():
+                        break
+            state.committing = True
+            await conn.execute("COMMIT")
+        except psycopg.Error as error:
+            failed = error
+            if not state.dead() and not conn.closed:
+                with suppress(psycopg.Error):
+                    await conn.execute("ROLLBACK")
+        except BaseException:
+            conn.pgconn.finish()  # cancelled mid-batch: a transaction may be open on it, so it is not reused
+            raise
+        finally:
+            connections.put(conn)
+        results: list[Any] = []
+        for index, op in enumerate(batch):
+            if failed is None and counts[index] == 1:
+                results.append(None)
+                continue
+            try:
+                if failed is not None and state.committing and await asyncio.to_thread(self._applied, op):
+                    results.append(None)
+                    continue
+                results.append(await self._aexecute_alone(connections, op))
+            except BaseException as error:  # handed to the commit it belongs to
+                results.append(Failed(error))
+        return results
+
+    async def _aexecute_alone(self, connections: _LoopConnections, op: ops.Op) -> Any:
         for attempt in (1, 2):
             state = _Attempt()
             conn = await connections.get()

@@ -35,6 +35,7 @@ _APPEND = """
         created_at, metadata, delta, snapshot, chain_bytes, base_bytes)
     SELECT %(thread)s, %(id)s, last_seq, %(parent)s, %(step)s, %(source)s, %(tools)s, %(keys)s, %(created)s,
         %(metadata)s, %(delta)s, %(snapshot)s, %(chain)s, %(base)s FROM moved
+    RETURNING seq
 """
 _VISIBLE = "(expires_at IS NULL OR expires_at > %(now)s)"
 ONE, ALL, COUNT, NONE = "one", "all", "count", "none"
@@ -72,18 +73,18 @@ class PostgresScripts:
 
     def _insert(self, op: ops.Insert) -> Script:
         row, expected_head, now = op.row, op.expected_head, _epoch(op.now)
+        if self.appends(op):
+            # The common commit, a child of the expected head, in one statement (one round trip): move the head if
+            # it is the expected one and no other owner holds a live lease, and insert the row. If nothing moved,
+            # the full path below finds out why.
+            inserted = yield Stmt(*self.append_statement(op), COUNT, alone=True)
+            if inserted == 1:
+                return None
         if op.lease_owner is not None:
             query = self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s")
             holder = yield Stmt(query, (row.thread_id,), ONE)
             if holder is not None and holder[0] != op.lease_owner and holder[1] > now:
                 raise busy_error(row.thread_id, holder[0], _from_epoch(holder[1]))
-        if expected_head is not None and row.parent_id == expected_head:
-            # The common commit, a child of the expected head, in one statement (one round trip): move the head if
-            # it is the expected one and no other owner holds a live lease, and insert the row. If nothing moved,
-            # the full path below finds out why.
-            inserted = yield Stmt(self._q(_APPEND), self._row_params(row, op, expected_head), COUNT, alone=True)
-            if inserted == 1:
-                return None
         query = self._q("SELECT head_id, last_seq, expires_at FROM {threads} WHERE thread_id = %s FOR UPDATE")
         found = yield Stmt(query, (row.thread_id,), ONE)
         expired = found is not None and found[2] is not None and found[2] <= now
@@ -150,6 +151,19 @@ class PostgresScripts:
                 row.base_bytes,
             ),
         )
+
+    @staticmethod
+    def appends(op: ops.Insert) -> bool:
+        """Whether a commit is the usual one, a child of the expected head, that one ``append_statement`` applies."""
+        return op.expected_head is not None and op.row.parent_id == op.expected_head
+
+    def append_statement(self, op: ops.Insert) -> tuple[sql.Composed, dict[str, Any]]:
+        """
+        The statement that applies a usual commit (see :meth:`appends`) and inserts one row, or none (then the head
+        moved or another run holds the thread's lease: the full script finds out which).
+        """
+        assert op.expected_head is not None
+        return self._q(_APPEND), self._row_params(op.row, op, op.expected_head)
 
     @staticmethod
     def _row_params(row: StoredCheckpoint, op: ops.Insert, expected_head: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from haystack_state.errors import CodecError
 from haystack_state.persistence import ops
-from haystack_state.persistence.cache import HeadCache, apply_frozen, freeze_delta, freeze_state
+from haystack_state.persistence.cache import HeadCache, merge_frozen
 from haystack_state.persistence.chain import (
     check_chain,
     compose_chain,
@@ -20,6 +20,7 @@ from haystack_state.persistence.chain import (
     encoded_values,
     extend_error,
     parse_delta,
+    paused_gc,
 )
 from haystack_state.persistence.codec import decode, from_json
 from haystack_state.persistence.delta import ExtendError, check_extends
@@ -29,11 +30,20 @@ from haystack_state.persistence.records import ChainLink, CheckpointMeta, Stored
 __all__ = ["Materialized", "StateReader", "adopt_op", "decode_op_values"]
 
 
-def decode_op_values(op: Mapping[str, Any], key: str) -> dict[str, Any]:
+def decode_op_values(op: Mapping[str, Any], key: str, *, frozen: bool = False) -> dict[str, Any]:
+    """
+    Decode the values of a stored delta operation.
+
+    :param frozen: Decode them read-only, as the head cache holds them (``extend`` items one by one, in a plain
+        list; a ``replace`` value as a frozen value).
+    """
     if op["op"] == "extend":
-        return {"op": "extend", "items": decode(op.get("items"), key=key)}
+        items = op.get("items")
+        if frozen and type(items) is list:
+            return {"op": "extend", "items": [decode(item, key=key, frozen=True) for item in items]}
+        return {"op": "extend", "items": decode(items, key=key)}
     if op["op"] == "replace":
-        return {"op": "replace", "value": decode(op.get("value"), key=key)}
+        return {"op": "replace", "value": decode(op.get("value"), key=key, frozen=frozen)}
     return {"op": "delete"}
 
 
@@ -87,9 +97,10 @@ class StateReader:
         that survive).
 
         :param row: The checkpoint.
-        :param cache: Whether to cache the result as the thread's head state.
-        :param read_only: Whether the caller takes a frozen state (then a state decoded from storage is frozen in
-            place and shared with the cache, rather than copied for it).
+        :param cache: Whether to cache the result as the thread's head state (only frozen states are cached).
+        :param read_only: Whether the caller takes a frozen state (then a state decoded from storage is decoded
+            frozen and shared with the cache); otherwise a state decoded from storage is decoded plain for the caller
+            and not cached.
         """
         thread_id, checkpoint_id = row.thread_id, row.checkpoint_id
         cached = self._cache.get(thread_id)
@@ -102,8 +113,8 @@ class StateReader:
             try:
                 composed, origins = compose_chain(thread_id, chain, from_snapshot=False)
                 check_extends(cached[1], origins)
-                decoded = yield from self._decode_delta(row, composed)
-                frozen = apply_frozen(cached[1], decoded)
+                decoded = yield from self._decode_delta(row, composed, frozen=True)
+                frozen = merge_frozen(cached[1], decoded)
             except ExtendError:
                 # A delta extends a value that is not a list; the walk from the root names the checkpoint exactly.
                 chain = yield ops.ReadChain(thread_id, checkpoint_id, None)
@@ -113,34 +124,37 @@ class StateReader:
                     self._cache.put(thread_id, checkpoint_id, frozen, (row.chain_bytes, row.base_bytes))
                 return Materialized(frozen=frozen, plain=None)
         try:
-            composed, _ = compose_chain(thread_id, chain, from_snapshot=chain[0].snapshot is not None)
+            with paused_gc():
+                composed, _ = compose_chain(thread_id, chain, from_snapshot=chain[0].snapshot is not None)
         except ExtendError as error:
             raise extend_error(thread_id, error, error.checkpoint_id or checkpoint_id) from None
         encoded = encoded_values(composed)
-        plain = yield from self._decode_state(row, encoded)
+        if not read_only:
+            # The caller's own values, decoded once; not cached (that would take a second decode, or a copy, on
+            # every such read). The reads of a run (read-only) fill the cache.
+            plain = yield from self._decode_state(row, encoded)
+            return Materialized(frozen=None, plain=plain)
+        # Decoded straight into frozen values (read-only, as the cache and a State hold them): no copy.
+        frozen = yield from self._decode_state(row, encoded, frozen=True)
         if cache and self._cache.size > 0:
-            try:
-                frozen = freeze_state(plain, owned=read_only)
-            except Exception:  # the cache is an optimization: a value it cannot freeze is simply not cached
-                self._cache.drop(thread_id)
-                if read_only:
-                    plain = yield from self._decode_state(row, encoded)
-                return Materialized(frozen=None, plain=plain)
             self._cache.put(thread_id, checkpoint_id, frozen, (row.chain_bytes, row.base_bytes))
-            if read_only:
-                return Materialized(frozen=frozen, plain=None)
-        return Materialized(frozen=None, plain=plain)
+        return Materialized(frozen=frozen, plain=None)
 
-    def _decode_delta(self, row: StoredCheckpoint, delta: Mapping[str, Mapping[str, Any]]) -> Flow[dict[str, Any]]:
+    def _decode_delta(
+        self, row: StoredCheckpoint, delta: Mapping[str, Mapping[str, Any]], *, frozen: bool = False
+    ) -> Flow[dict[str, Any]]:
         try:
-            return {key: decode_op_values(op, key) for key, op in delta.items()}
+            return {key: decode_op_values(op, key, frozen=frozen) for key, op in delta.items()}
         except CodecError as error:
             culprit = yield from self._find_unreadable(row)
             raise corrupt_error(row.thread_id, culprit, error) from None
 
-    def _decode_state(self, row: StoredCheckpoint, state: dict[str, Any]) -> Flow[dict[str, Any]]:
+    def _decode_state(
+        self, row: StoredCheckpoint, state: dict[str, Any], *, frozen: bool = False
+    ) -> Flow[dict[str, Any]]:
         try:
-            return {key: decode(value, key=key) for key, value in state.items()}
+            with paused_gc():
+                return {key: decode(value, key=key, frozen=frozen) for key, value in state.items()}
         except CodecError as error:
             culprit = yield from self._find_unreadable(row)
             raise corrupt_error(row.thread_id, culprit, error) from None
@@ -182,7 +196,7 @@ class StateReader:
             if frozen is not None:
                 delta = {key: adopt_op(op) for key, op in frozen.items()}
             else:
-                delta = freeze_delta({key: decode_op_values(op, key) for key, op in encoded.items()})
+                delta = {key: decode_op_values(op, key, frozen=True) for key, op in encoded.items()}
         except Exception:  # the commit is written: a delta the cache cannot take only costs the cache entry
             self._cache.drop(row.thread_id)
             return

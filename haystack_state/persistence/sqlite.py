@@ -22,6 +22,8 @@ import datetime as dt
 import os
 import sqlite3
 import threading
+import weakref
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -31,6 +33,7 @@ from typing import Any
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, CheckpointStorageError, ThreadNotFoundError
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer, check_commit
+from haystack_state.persistence.grouping import Failed, GroupCommit
 from haystack_state.persistence.leases import busy_error
 from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo, parse_row, string_list_json
 
@@ -78,6 +81,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
             expires_at REAL NOT NULL
         )""",
     ),
+    (  # snapshots written from now on are zlib-compressed UTF-8 (a BLOB); older ones (TEXT) still read as they are
+        f"CREATE INDEX {CHECKPOINTS}_snapshots ON {CHECKPOINTS} (thread_id, seq) WHERE snapshot IS NOT NULL",
+    ),
 ]
 
 _META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
@@ -95,6 +101,29 @@ _CHAIN = f"""
     )
     SELECT checkpoint_id, parent_id, delta, snapshot FROM chain
 """
+
+
+def pack_snapshot(snapshot: str | None) -> bytes | None:
+    """A snapshot as stored: its UTF-8 text compressed with zlib (a state's JSON shrinks several times)."""
+    if snapshot is None:
+        return None
+    packer = zlib.compressobj(1)
+    step = 1 << 20  # encoded a slice at a time: never a second whole copy of a large state's text
+    chunks = [
+        packer.compress(snapshot[start : start + step].encode("utf-8")) for start in range(0, len(snapshot), step)
+    ]
+    chunks.append(packer.flush())
+    return b"".join(chunks)
+
+
+def unpack_snapshot(stored: Any) -> str | None:
+    """A stored snapshot's text: a compressed BLOB (schema version 3), or TEXT as earlier versions wrote it."""
+    if stored is None or type(stored) is str:
+        return stored
+    try:
+        return zlib.decompress(stored).decode("utf-8")
+    except (zlib.error, UnicodeDecodeError, TypeError) as error:
+        return f"<unreadable compressed snapshot: {error}>"  # not JSON: reading it reports the checkpoint
 
 
 def _epoch(moment: dt.datetime) -> float:
@@ -138,6 +167,7 @@ class SQLiteCheckpointer(Checkpointer):
         self._all: list[sqlite3.Connection] = []
         self._single = threading.Lock() if self._path == ":memory:" else None
         self._executor: ThreadPoolExecutor | None = None
+        self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = weakref.WeakKeyDictionary()
         self._identity: tuple[int, int] | None = None
         self._handlers: dict[type, Callable[[sqlite3.Connection, Any], Any]] = {
             ops.Insert: self._insert,
@@ -247,7 +277,41 @@ class SQLiteCheckpointer(Checkpointer):
             with self._pool_lock:
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="haystack-state-sqlite")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._execute, op)
+        loop = asyncio.get_running_loop()
+        if isinstance(op, ops.Insert):
+            with self._pool_lock:
+                group = self._groups.get(loop)
+                if group is None:
+                    group = self._groups[loop] = GroupCommit()
+            executor = self._executor
+            return await group.submit(op, lambda batch: loop.run_in_executor(executor, self._insert_batch, batch))
+        return await loop.run_in_executor(self._executor, self._execute, op)
+
+    def _insert_batch(self, batch: list[ops.Insert]) -> list[Any]:
+        """
+        Apply the commits of several async runs in one transaction (a group commit), each in a savepoint of its own:
+        one that fails (a stale head, a lease held by another run) is undone alone and gets its error.
+        """
+        results: list[Any] = []
+        with self._write_lock, self._connection() as conn:
+            self._check_file()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for op in batch:
+                    conn.execute("SAVEPOINT one_commit")
+                    try:
+                        self._insert(conn, op)
+                    except Exception as error:
+                        conn.execute("ROLLBACK TO one_commit")
+                        results.append(Failed(error))
+                    else:
+                        results.append(None)
+                    conn.execute("RELEASE one_commit")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return results
 
     def _close(self) -> None:
         if self._executor is not None:
@@ -269,22 +333,36 @@ class SQLiteCheckpointer(Checkpointer):
 
     def _insert(self, conn: sqlite3.Connection, op: ops.Insert) -> None:
         row, expected_head, now = op.row, op.expected_head, _epoch(op.now)
+        created = row.created_at.isoformat()
+        if expected_head is not None and row.parent_id == expected_head:
+            # The usual commit, in two statements: move the head (unless another run holds the thread's lease),
+            # then insert the row. Anything else takes the checks below, which say what is wrong.
+            moved = conn.execute(
+                f"UPDATE {THREADS} SET head_id = ?, last_seq = last_seq + 1, updated_at = ?, "
+                "expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE ? + ttl END "
+                f"WHERE thread_id = ? AND head_id = ? AND {_VISIBLE.replace(':now', '?')} AND NOT EXISTS "
+                f"(SELECT 1 FROM {LEASES} WHERE thread_id = ? AND owner IS NOT ? AND expires_at > ?) "
+                "RETURNING last_seq",
+                (
+                    row.checkpoint_id,
+                    created,
+                    now,
+                    row.thread_id,
+                    expected_head,
+                    now,
+                    row.thread_id,
+                    op.lease_owner if op.lease_owner is not None else "",
+                    now if op.lease_owner is not None else float("inf"),
+                ),
+            ).fetchall()
+            if len(moved) == 1:
+                self._insert_row(conn, row, "?", (moved[0][0],))
+                return
         if op.lease_owner is not None:
             holder = conn.execute(f"SELECT owner, expires_at FROM {LEASES} WHERE thread_id = ?", (row.thread_id,))
             found = holder.fetchone()
             if found is not None and found[0] != op.lease_owner and found[1] > now:
                 raise busy_error(row.thread_id, found[0], _from_epoch(found[1]))
-        created = row.created_at.isoformat()
-        if expected_head is not None and row.parent_id == expected_head:
-            moved = conn.execute(
-                f"UPDATE {THREADS} SET head_id = ?, last_seq = last_seq + 1, updated_at = ?, "
-                "expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE ? + ttl END "
-                f"WHERE thread_id = ? AND head_id = ? AND {_VISIBLE.replace(':now', '?')}",
-                (row.checkpoint_id, created, now, row.thread_id, expected_head, now),
-            ).rowcount
-            if moved == 1:
-                self._insert_row(conn, row, f"(SELECT last_seq FROM {THREADS} WHERE thread_id = ?)", (row.thread_id,))
-                return
         found = conn.execute(
             f"SELECT head_id, last_seq, expires_at FROM {THREADS} WHERE thread_id = ?", (row.thread_id,)
         ).fetchone()
@@ -336,7 +414,7 @@ class SQLiteCheckpointer(Checkpointer):
                 row.created_at.isoformat(),
                 row.metadata,
                 row.delta,
-                row.snapshot,
+                pack_snapshot(row.snapshot),
                 row.chain_bytes,
                 row.base_bytes,
             ),
@@ -370,17 +448,62 @@ class SQLiteCheckpointer(Checkpointer):
         return _row(found)
 
     def _read_chain(self, conn: sqlite3.Connection, op: ops.ReadChain) -> list[ChainLink]:
-        chain: list[ChainLink] = []
+        if op.stop_at is None:
+            chain = self._read_chain_by_range(conn, op)
+            if chain is not None:
+                return chain
+        chain = []
         seen: set[str] = set()
         cursor = conn.execute(_CHAIN, {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "stop": op.stop_at})
         for found in cursor:
-            chain.append(ChainLink(found[0], found[1], found[2], found[3]))
+            chain.append(ChainLink(found[0], found[1], found[2], unpack_snapshot(found[3])))
             if found[0] in seen:  # a cycle: check_chain reports it
                 break
             seen.add(found[0])
         cursor.close()
         chain.reverse()
         return chain
+
+    @staticmethod
+    def _read_chain_by_range(conn: sqlite3.Connection, op: ops.ReadChain) -> list[ChainLink] | None:
+        """
+        The chain from the nearest snapshot, read as one range of rows by sequence number (a child is always
+        written after its parent) instead of one lookup per link, then walked by parent links in memory. None if the
+        walk leaves the range (a branch forked from before the snapshot): the recursive walk reads it then.
+        """
+        conn.execute("BEGIN")
+        try:
+            found = conn.execute(
+                f"SELECT seq FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_id = ?",
+                (op.thread_id, op.checkpoint_id),
+            ).fetchone()
+            if found is None:
+                return []
+            top = found[0]
+            base = conn.execute(
+                f"SELECT max(seq) FROM {CHECKPOINTS} WHERE thread_id = ? AND seq <= ? AND snapshot IS NOT NULL",
+                (op.thread_id, top),
+            ).fetchone()[0]
+            rows = conn.execute(
+                f"SELECT checkpoint_id, parent_id, delta, snapshot FROM {CHECKPOINTS} "
+                "WHERE thread_id = ? AND seq BETWEEN ? AND ?",
+                (op.thread_id, base if base is not None else -(2**62), top),
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        by_id = {row[0]: row for row in rows}
+        chain: list[ChainLink] = []
+        link = by_id.get(op.checkpoint_id)
+        while link is not None:
+            chain.append(ChainLink(link[0], link[1], link[2], unpack_snapshot(link[3])))
+            if link[3] is not None or link[1] is None:
+                chain.reverse()
+                return chain
+            if len(chain) > len(rows):  # a cycle: check_chain reports it
+                chain.reverse()
+                return chain
+            link = by_id.get(link[1])
+        return None
 
     def _read_history(self, conn: sqlite3.Connection, op: ops.ReadHistory) -> list[StoredCheckpoint]:
         conn.execute("BEGIN")
@@ -444,7 +567,7 @@ class SQLiteCheckpointer(Checkpointer):
         conn.execute(
             f"UPDATE {CHECKPOINTS} SET snapshot = ?, chain_bytes = 0, base_bytes = ? "
             "WHERE thread_id = ? AND checkpoint_id = ?",
-            (op.snapshot, len(op.snapshot), op.thread_id, op.checkpoint_id),
+            (pack_snapshot(op.snapshot), len(op.snapshot), op.thread_id, op.checkpoint_id),
         )
 
     def _delete_checkpoints(self, conn: sqlite3.Connection, op: ops.DeleteCheckpoints) -> int:

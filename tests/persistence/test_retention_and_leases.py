@@ -349,9 +349,110 @@ def test_a_version_1_database_is_migrated_and_reads_as_before(backend: Harness) 
                 (["search"], ["x"], json.dumps({"x": {"op": "replace", "value": 1}})),
             )
     cp = backend.make()
-    assert backend.migrations(cp) == [1, 2]
+    assert backend.migrations(cp) == list(range(1, len(MIGRATIONS) + 1))
     assert cp.get("old").values == {"x": 1}
     meta = cp.history("old")[0]
     assert meta.tool_names == ("search",) and meta.changed_keys == ("x",)
     commit_all(cp, "old", [{"x": replace(2)}])
     assert backend.make(cache_size=0).get("old").values == {"x": 2}
+
+
+def test_a_version_2_sqlite_database_with_text_snapshots_reads_and_then_stores_them_compressed(tmp_path: Any) -> None:
+    import json
+    import sqlite3
+
+    from haystack_state.persistence import SQLiteCheckpointer
+    from haystack_state.persistence.sqlite import MIGRATIONS
+
+    path = tmp_path / "v2.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE haystack_state_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+    for version in (1, 2):
+        for statement in MIGRATIONS[version - 1]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO haystack_state_migrations VALUES (?, '2025-01-01T00:00:00+00:00')", (version,))
+    conn.execute(
+        "INSERT INTO haystack_state_threads (thread_id, head_id, last_seq, created_at, updated_at) "
+        "VALUES ('old', 'c2', 2, '2025-01-01T00:00:00+00:00', '2025-01-01T00:00:00+00:00')"
+    )
+    rows = [
+        ("c1", 1, None, {"xs": {"op": "extend", "items": [1, 2]}}, None),
+        ("c2", 2, "c1", {"xs": {"op": "extend", "items": [3]}}, {"xs": [1, 2, 3], "note": "é"}),
+    ]
+    for checkpoint_id, seq, parent, delta, snapshot in rows:
+        conn.execute(
+            "INSERT INTO haystack_state_checkpoints VALUES ('old', ?, ?, ?, 0, 'tools', '[]', ?, "
+            "'2025-01-01T00:00:00+00:00', '{}', ?, ?, 0, 0)",
+            (
+                checkpoint_id,
+                seq,
+                parent,
+                json.dumps(list(delta)),
+                json.dumps(delta),
+                None if snapshot is None else json.dumps(snapshot, ensure_ascii=False),
+            ),
+        )
+    conn.commit()
+    conn.close()
+
+    with SQLiteCheckpointer(path, cache_size=0, snapshot_min_bytes=0, snapshot_ratio=0.01) as cp:
+        assert cp.get("old").values == {"xs": [1, 2, 3], "note": "é"}  # the TEXT snapshot, as version 2 wrote it
+        assert cp.get("old", "c1").values == {"xs": [1, 2]}
+        delta = {"xs": {"op": "extend", "items": [4]}}
+        meta = cp.commit("old", parent_id="c2", expected_head="c2", delta=delta, step=1, source="tools")
+    conn = sqlite3.connect(path)
+    stored = conn.execute(
+        "SELECT typeof(snapshot) FROM haystack_state_checkpoints WHERE checkpoint_id = ?", (meta.checkpoint_id,)
+    ).fetchone()[0]
+    versions = [r[0] for r in conn.execute("SELECT version FROM haystack_state_migrations ORDER BY 1")]
+    conn.close()
+    assert stored == "blob" and versions == list(range(1, len(MIGRATIONS) + 1))
+    with SQLiteCheckpointer(path, cache_size=0) as cp:
+        assert cp.get("old").values == {"xs": [1, 2, 3, 4], "note": "é"}
+        assert cp.get("old", "c2").values == {"xs": [1, 2, 3], "note": "é"}
+
+
+def test_a_snapshot_built_from_the_head_cache_equals_one_composed_from_the_rows(tmp_path: Any) -> None:
+    import collections
+    import sqlite3
+
+    from haystack.dataclasses import ChatMessage, ToolCall
+
+    from haystack_state.persistence import SQLiteCheckpointer, delete, extend
+    from haystack_state.persistence.sqlite import unpack_snapshot
+
+    call = ToolCall(tool_name="search", arguments={"q": "x", "n": [1, 2.5]}, id="c1")
+    deltas: list[dict[str, Any]] = []
+    for i in range(12):
+        deltas.append({"messages": extend([ChatMessage.from_assistant(tool_calls=[call], meta={"i": i})])})
+        deltas.append(
+            {
+                "messages": extend([ChatMessage.from_tool(f"result {i} é \ud800", origin=call)]),
+                "counts": replace(collections.Counter({"a": i})),
+                "pair": replace((i, "x")) if i % 3 else delete(),
+                "tags": extend([{"i": i, "set": {i}}]),
+            }
+        )
+    path = tmp_path / "snapshots.sqlite"
+    settings: dict[str, Any] = {"snapshot_min_bytes": 0, "snapshot_ratio": 0.5}
+    with SQLiteCheckpointer(path, **settings) as warm, SQLiteCheckpointer(path, cache_size=0, **settings) as cold:
+        for cp, thread in ((warm, "warm"), (cold, "cold")):
+            head = None
+            for step, delta in enumerate(deltas):
+                head = cp.commit(
+                    thread, parent_id=head, expected_head=head, delta=delta, step=step, source="tools"
+                ).checkpoint_id
+        assert warm.get("warm").values == cold.get("cold").values
+    conn = sqlite3.connect(path)
+    snapshots = {
+        thread: [
+            unpack_snapshot(row[0])
+            for row in conn.execute(
+                "SELECT snapshot FROM haystack_state_checkpoints WHERE thread_id = ? ORDER BY seq", (thread,)
+            )
+        ]
+        for thread in ("warm", "cold")
+    }
+    conn.close()
+    assert sum(s is not None for s in snapshots["warm"]) >= 3
+    assert snapshots["warm"] == snapshots["cold"]

@@ -1,0 +1,173 @@
+"""The codec's fast paths for ChatMessage give exactly what haystack's to_dict/from_dict and freeze() give."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+import pytest
+from haystack.dataclasses import (
+    ChatMessage,
+    ChatRole,
+    Document,
+    ImageContent,
+    ReasoningContent,
+    TextContent,
+    ToolCall,
+)
+
+from haystack_state import values as state_values
+from haystack_state.persistence import codec
+from haystack_state.persistence.codec import decode, encode, from_json, to_json
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+CALL = ToolCall(tool_name="search", arguments={"query": "q", "page": 3, "tags": ["a", {"b": [1, 2.5]}]}, id="c1")
+
+
+def _messages() -> list[ChatMessage]:
+    return [
+        ChatMessage.from_user("hello"),
+        ChatMessage.from_system("be brief", meta={"k": 1}),
+        ChatMessage.from_user("named", name="ann"),
+        ChatMessage.from_assistant("plain reply", meta={"model": "m", "usage": {"prompt_tokens": 3, "x": [1, None]}}),
+        ChatMessage.from_assistant(tool_calls=[CALL, ToolCall(tool_name="t2", arguments={}, id=None, extra={"e": 1})]),
+        ChatMessage.from_assistant("text and call", tool_calls=[CALL]),
+        ChatMessage.from_tool("the result", origin=CALL),
+        ChatMessage.from_tool("it failed", origin=CALL, error=True),
+        ChatMessage.from_assistant("", meta={}),
+        # Shapes the fast paths leave to the general path; they must still round-trip the same way.
+        ChatMessage.from_assistant("with a document", meta={"doc": Document(content="d", meta={"a": 1})}),
+        ChatMessage.from_assistant("odd values", meta={"t": (1, 2), "s": {3}, "nan": math.nan}),
+        ChatMessage.from_assistant(
+            tool_calls=[ToolCall(tool_name="t", arguments={"when": (1, 2), "doc": Document(content="x")}, id="c2")]
+        ),
+        ChatMessage.from_assistant(tool_calls=[ToolCall(tool_name="t", arguments={"bad": math.inf}, id="c3")]),
+        ChatMessage.from_tool([TextContent("part"), ImageContent(base64_image=PNG)], origin=CALL),  # type: ignore[arg-type]
+        ChatMessage.from_assistant("thinking", reasoning=ReasoningContent(reasoning_text="because")),
+        ChatMessage.from_user(content_parts=["look", ImageContent(base64_image=PNG)]),
+        ChatMessage.from_assistant(
+            tool_calls=[ToolCall(tool_name="t", arguments=state_values.freeze({"a": [1, {"b": 2}]}), id="frozen-args")]
+        ),
+    ]
+
+
+def _general_encoding(message: ChatMessage) -> Any:
+    """What the codec stored for a ChatMessage before the fast path: to_dict(), then each field encoded."""
+    return codec._encode_object(message, "haystack.ChatMessage", lambda m: m.to_dict())
+
+
+def _shape(value: Any) -> Any:
+    """A value's structure with the exact type of every container and object, to compare read-only shapes."""
+    kind = type(value)
+    if isinstance(value, dict):
+        return (kind, [(key, _shape(item)) for key, item in value.items()])
+    if isinstance(value, list | tuple):
+        return (kind, [_shape(item) for item in value])
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (kind, [(name, _shape(item)) for name, item in vars(value).items()])
+    return (kind, value if value == value else "nan")
+
+
+@pytest.mark.parametrize("message", _messages(), ids=lambda m: m.text or (m.tool_call.id if m.tool_call else "x"))
+def test_fast_paths_match_haystacks_to_dict_from_dict_and_freeze(message: ChatMessage) -> None:
+    stored = encode(message)
+    assert to_json(stored) == to_json(_general_encoding(message))  # JSON text: NaN is not equal to itself
+    parsed = from_json(to_json(stored))
+    expected = ChatMessage.from_dict(codec._decode_object_data(from_json(to_json(stored))["data"]))
+
+    plain = decode(parsed)
+    assert _shape(plain) == _shape(expected)
+
+    frozen = decode(from_json(to_json(stored)), frozen=True)
+    assert _shape(frozen) == _shape(state_values.freeze(expected))
+    assert to_json(encode(frozen)) == to_json(stored)
+
+
+def test_data_written_by_the_general_path_reads_the_same() -> None:
+    for message in _messages():
+        old = to_json(_general_encoding(message))
+        assert _shape(decode(from_json(old))) == _shape(decode(from_json(to_json(encode(message)))))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"role": "nobody", "meta": {}, "name": None, "content": [{"text": "x"}]},
+        {"role": "user", "meta": {}, "name": None, "content": [{"tool_call": {"tool_name": "t"}}]},
+        {
+            "role": "user",
+            "meta": {},
+            "name": None,
+            "content": [{"tool_call": {"tool_name": "t", "arguments": {}, "x": 1}}],
+        },
+        {"role": "tool", "meta": {}, "name": None, "content": [{"tool_call_result": {"result": "r", "error": False}}]},
+        {"role": "user", "meta": {}, "name": None, "content": [{"unknown": 1}]},
+        {"role": "user", "meta": {}, "name": None, "content": "old string content"},
+        {"role": "user", "content": [{"text": "no meta or name"}]},
+        {"role": ["not", "hashable"], "meta": {}, "name": None, "content": []},
+    ],
+)
+def test_unusual_stored_messages_read_as_from_dict_reads_them(data: dict[str, Any]) -> None:
+    stored = to_json({"__type__": "haystack.ChatMessage", "data": data})
+    try:
+        expected: Any = ChatMessage.from_dict(json.loads(stored)["data"])
+    except Exception:
+        expected = None
+    if expected is None:
+        with pytest.raises(ValueError, match=r"haystack\.ChatMessage"):
+            decode(from_json(stored))
+        with pytest.raises(ValueError, match=r"haystack\.ChatMessage"):
+            decode(from_json(stored), frozen=True)
+    else:
+        assert _shape(decode(from_json(stored))) == _shape(expected)
+        assert _shape(decode(from_json(stored), frozen=True)) == _shape(state_values.freeze(expected))
+
+
+def test_a_role_is_shared_not_rebuilt() -> None:
+    message = decode(from_json(to_json(encode(ChatMessage.from_user("x")))), frozen=True)
+    assert message.role is ChatRole.USER
+    with pytest.raises(TypeError, match="read-only"):
+        message._content.append(TextContent("y"))
+
+
+def test_the_usual_messages_take_the_fast_paths() -> None:
+    from haystack_state.persistence.message_codec import decode_chat_message, encode_chat_message
+
+    for message in _messages()[:9]:
+        data = encode_chat_message(message, codec._encode)
+        assert data is not None
+        assert encode_chat_message(state_values.freeze(message), codec._encode) == data  # as a State holds it
+        assert decode_chat_message(from_json(to_json(data)), codec._decode, False) is not None
+
+
+def test_a_state_built_from_a_read_only_checkpoint_holds_each_message_once(tmp_path: Any) -> None:
+    import gc
+
+    from haystack_state import State
+    from haystack_state.persistence import SQLiteCheckpointer, extend
+
+    path = tmp_path / "once.sqlite"
+    with SQLiteCheckpointer(path) as writer:
+        head = None
+        for i in range(40):
+            delta = {"messages": extend([ChatMessage.from_user(f"m{i}"), ChatMessage.from_tool(f"r{i}", origin=CALL)])}
+            head = writer.commit(
+                "t", parent_id=head, expected_head=head, delta=delta, step=i, source="tools"
+            ).checkpoint_id
+    del delta
+    gc.collect()
+    before = sum(type(obj) is ChatMessage for obj in gc.get_objects())  # other tests' messages
+    with SQLiteCheckpointer(path) as reader:
+        values = reader.get("t", read_only=True).values  # decoded frozen, shared with the reader's cache
+        state = State({"messages": {"type": list[ChatMessage]}}, values)
+        del values
+        gc.collect()
+        alive = sum(type(obj) is ChatMessage for obj in gc.get_objects()) - before
+        assert alive == 80  # the cache's, shared by the State
+        mine = state.get("messages")
+        mine.append(ChatMessage.from_user("not in the state"))
+        assert mine[0] == reader.get("t").values["messages"][0]
+        assert mine[0] is not reader.get("t", read_only=True).values["messages"][0]  # a reader's copy, not the cache's
+        assert len(state.get("messages")) == 80
