@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from typing import Any
 
 import pytest
@@ -344,3 +345,80 @@ def test_the_cli_shows_pending_interrupts_as_json(tmp_path: Any, capsys: pytest.
     document = json.loads(capsys.readouterr().out)
     (request,) = document["pending_interrupts"]
     assert request["value"] == {"question": "Transfer 9?"} and request["kind"] == "interrupt"
+
+
+# --- cancel from another process ---------------------------------------------------------------------------------
+
+CANCEL_WORKER = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from haystack.dataclasses import ChatMessage
+    from haystack_state import Agent, tool
+    from haystack_state.persistence import PostgresCheckpointer, SQLiteCheckpointer
+    from haystack_state.testing import ScriptedChatGenerator
+
+    kind, where, started = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+
+    @tool(outputs_to_state={"log": {}})
+    def work(step: int) -> str:
+        '''Do one step of a long job.'''
+        started.write_text(str(step))
+        time.sleep(0.1)
+        return f"step {step}"
+
+    def policy(messages, tools):
+        return [("work", {"step": sum(1 for m in messages if m.tool_call_result is not None)})]
+
+    if kind == "sqlite":
+        cp = SQLiteCheckpointer(where, lease_ttl=0.6)
+    else:
+        dsn, schema = where.split("#")
+        cp = PostgresCheckpointer(dsn, schema=schema, lease_ttl=0.6)
+    agent = Agent(ScriptedChatGenerator(policy=policy), tools=[work], state_schema={"log": {"type": list[str]}},
+                  checkpointer=cp, max_agent_steps=500)
+    result = agent.run([ChatMessage.from_user("work until stopped")], thread_id="t")
+    print(json.dumps({"exit_reason": result["exit_reason"], "steps": result["step_count"]}))
+    cp.close()
+    """
+)
+
+
+def test_cancel_from_another_process_stops_the_run_at_a_step_boundary(persistent_store: Harness, tmp_path: Any) -> None:
+    if isinstance(persistent_store, SQLiteHarness):
+        kind, where = "sqlite", str(persistent_store.path)
+    else:
+        assert isinstance(persistent_store, PostgresHarness)
+        kind, where = "postgres", f"{persistent_store.dsn}#{persistent_store.schema}"
+    started = tmp_path / "started"
+    env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "PYTHONPATH": str(TESTS_DIR.parent)}
+    worker = subprocess.Popen(
+        [sys.executable, "-c", CANCEL_WORKER, kind, where, str(started)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert worker.poll() is None, worker.communicate()
+            assert time.monotonic() < deadline, "the worker never started working"
+            time.sleep(0.02)
+        cp = persistent_store.make()
+        agent = Agent(ScriptedChatGenerator(script=["Stopped where you asked."]), state_schema=SCHEMA, checkpointer=cp)
+        assert agent.cancel("t") is True
+        out, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert worker.returncode == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["exit_reason"] == "cancelled" and 1 <= summary["steps"] < 500
+    # The run left a checkpoint that can be continued; no run holds the thread now, and a cancel finds none.
+    snapshot = agent.get_state("t")
+    assert not snapshot.interrupted and snapshot.pending_tool_calls == []
+    assert cp.read_lease("t") is None and agent.cancel("t") is False
+    assert len(snapshot.values["log"]) == summary["steps"]
+    assert agent.run([], thread_id="t")["last_message"].text == "Stopped where you asked."

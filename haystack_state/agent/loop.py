@@ -1008,6 +1008,8 @@ class AgentRun:
             control = self.request.control
             if control is not None and control.stop_requested:
                 return EXIT_CANCELLED
+            if self.session is not None and self.session.stop_requested:  # Agent.cancel, from any process
+                return EXIT_CANCELLED
             self._at_step(self.step + 1)
             if "before_llm" in self.hook_points:
                 yield from self._hooks("before_llm")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -291,6 +292,7 @@ class ThreadSession:
         self._guard: Lease | None = None
         self._wants_lease = False
         self._keeper: LeaseKeeper | None = None
+        self._stop_requested = threading.Event()
         self._values: dict[str, Any] = {}
 
     @classmethod
@@ -398,7 +400,12 @@ class ThreadSession:
 
     def _keep(self) -> None:
         if self.lease is not None:
-            self._keeper = LeaseKeeper(self.checkpointer, self.lease)
+            self._keeper = LeaseKeeper(self.checkpointer, self.lease, on_stop=self._stop_requested.set)
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether a stop was asked of this session's run (``Agent.cancel``, from any process)."""
+        return self._stop_requested.is_set()
 
     def guard_commits(self) -> None:
         """

@@ -72,6 +72,23 @@ class ThreadMethods:
             raise ValueError(f"thread_id={thread_id!r} needs an Agent created with a checkpointer.")
         return self.checkpointer
 
+    def cancel(self, thread_id: str) -> bool:
+        """
+        Ask the run on a thread to stop, from any process: it stops at its next step boundary with
+        ``exit_reason="cancelled"`` and leaves a checkpoint that ``run([], thread_id=...)`` continues. The run finds
+        the request when it next renews its lease (every third of the checkpointer's ``lease_ttl``: 10 s by
+        default), so a run in the middle of a long model or tool call finishes that call first.
+
+        :param thread_id: The thread.
+        :returns: Whether a run was holding the thread (False: no run is under way; nothing happens).
+        :raises ValueError: Without a checkpointer, or for an invalid thread id.
+        """
+        return self._checkpointer(thread_id).request_stop(thread_id)
+
+    async def cancel_async(self, thread_id: str) -> bool:
+        """:meth:`cancel`, awaiting the checkpointer."""
+        return await self._checkpointer(thread_id).arequest_stop(thread_id)
+
     def get_state(self, thread_id: str, checkpoint_id: str | None = None) -> ThreadSnapshot:
         """
         A thread's state at its head, or at an earlier checkpoint.

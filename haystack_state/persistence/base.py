@@ -409,6 +409,30 @@ class Checkpointer(StateReader, abc.ABC):
         """:meth:`read_lease`, awaiting the storage."""
         return await self._adrive(self._read_lease_flow(thread_id))
 
+    def request_stop(self, thread_id: str) -> bool:
+        """
+        Ask the run that holds the thread's lease, in any process, to stop at its next step boundary (it finds the
+        request when it next renews its lease). A run that starts later is not affected.
+
+        :param thread_id: The thread.
+        :returns: Whether a live run holds the thread (False: nothing to stop).
+        """
+        check_thread_id(thread_id)
+        return bool(self._drive(self._one(ops.RequestStop(thread_id, utc_now()))))
+
+    async def arequest_stop(self, thread_id: str) -> bool:
+        """:meth:`request_stop`, awaiting the storage."""
+        check_thread_id(thread_id)
+        return bool(await self._adrive(self._one(ops.RequestStop(thread_id, utc_now()))))
+
+    def take_stop_request(self, lease: Lease) -> bool:
+        """
+        Whether a stop was asked of the run holding ``lease`` (see :meth:`request_stop`), clearing the request.
+
+        :param lease: The run's lease.
+        """
+        return bool(self._drive(self._one(ops.TakeStop(lease.thread_id, lease.owner))))
+
     # --- settings and lifetime -------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:

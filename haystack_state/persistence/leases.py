@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from haystack import logging
@@ -60,16 +61,20 @@ def lost_error(lease: Lease) -> ThreadBusyError:
 
 class LeaseKeeper:
     """
-    Renews a lease from a background thread every third of its length, until :meth:`stop`.
+    Renews a lease from a background thread every third of its length, until :meth:`stop`. At each renewal it also
+    looks for a stop asked of the run (``Checkpointer.request_stop``, ``Agent.cancel``) and reports it to
+    ``on_stop``.
 
     :param checkpointer: Where the lease lives.
     :param lease: The lease.
+    :param on_stop: Called (from the keeper's thread) when a stop was asked of the run.
     """
 
-    def __init__(self, checkpointer: Checkpointer, lease: Lease) -> None:
+    def __init__(self, checkpointer: Checkpointer, lease: Lease, on_stop: Callable[[], None] | None = None) -> None:
         self.checkpointer = checkpointer
         self.lease = lease
         self.lost = False
+        self.on_stop = on_stop
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"haystack-state-lease-{lease.thread_id[:40]}", daemon=True
@@ -81,6 +86,8 @@ class LeaseKeeper:
         while not self._stop.wait(interval):
             try:
                 self.lease = self.checkpointer.renew_lease(self.lease)
+                if self.on_stop is not None and self.checkpointer.take_stop_request(self.lease):
+                    self.on_stop()
             except ThreadBusyError:
                 self.lost = True
                 return

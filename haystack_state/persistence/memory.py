@@ -47,6 +47,7 @@ class InMemoryCheckpointer(Checkpointer):
         self._lock = threading.Lock()
         self._threads: dict[str, _Thread] = {}
         self._leases: dict[str, tuple[str, dt.datetime]] = {}
+        self._stops: set[tuple[str, str]] = set()  # (thread, owner) of the runs asked to stop
         self._handlers: dict[type, Callable[[Any], Any]] = {
             ops.Insert: self._insert,
             ops.ReadHead: self._read_head,
@@ -63,6 +64,8 @@ class InMemoryCheckpointer(Checkpointer):
             ops.RenewLease: self._renew,
             ops.ReleaseLease: self._release,
             ops.ReadLease: lambda op: self._leases.get(op.thread_id),
+            ops.RequestStop: self._request_stop,
+            ops.TakeStop: self._take_stop,
         }
 
     def init_parameters(self) -> dict[str, Any]:
@@ -197,6 +200,7 @@ class InMemoryCheckpointer(Checkpointer):
         if holder is not None and holder[0] != op.owner and holder[1] > op.now:
             return holder
         self._leases[op.thread_id] = (op.owner, op.expires_at)
+        self._stops = {stop for stop in self._stops if stop[0] != op.thread_id}
         return None
 
     def _renew(self, op: ops.RenewLease) -> bool:
@@ -204,6 +208,19 @@ class InMemoryCheckpointer(Checkpointer):
         if holder is None or holder[0] != op.owner:
             return False
         self._leases[op.thread_id] = (op.owner, op.expires_at)
+        return True
+
+    def _request_stop(self, op: ops.RequestStop) -> bool:
+        holder = self._leases.get(op.thread_id)
+        if holder is None or holder[1] <= op.now:
+            return False
+        self._stops.add((op.thread_id, holder[0]))
+        return True
+
+    def _take_stop(self, op: ops.TakeStop) -> bool:
+        if (op.thread_id, op.owner) not in self._stops:
+            return False
+        self._stops.discard((op.thread_id, op.owner))
         return True
 
     def _release(self, op: ops.ReleaseLease) -> bool:

@@ -26,6 +26,8 @@ __all__ = [
     "ReadHead",
     "ReadHistory",
     "ReadLease",
+    "RequestStop",
+    "TakeStop",
     "ReadMeta",
     "ReadPruneCandidates",
     "ReadThreads",
@@ -193,6 +195,22 @@ class ReadLease:
     thread_id: str
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestStop:
+    """Ask the run holding the thread's lease (live at ``now``) to stop; returns whether such a run was found."""
+
+    thread_id: str
+    now: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TakeStop:
+    """Whether a stop was asked of ``owner``'s run on the thread, clearing the request (returns a bool)."""
+
+    thread_id: str
+    owner: str
+
+
 Op = (
     Insert
     | ReadHead
@@ -209,6 +227,8 @@ Op = (
     | RenewLease
     | ReleaseLease
     | ReadLease
+    | RequestStop
+    | TakeStop
 )
 
 T = TypeVar("T")
@@ -217,7 +237,18 @@ T = TypeVar("T")
 Flow = Generator[Op, Any, T]
 
 #: The operations that write (a backend runs them in a write transaction).
-WRITES = (Insert, DeleteThread, SetSnapshot, DeleteCheckpoints, SetTTL, AcquireLease, RenewLease, ReleaseLease)
+WRITES = (
+    Insert,
+    DeleteThread,
+    SetSnapshot,
+    DeleteCheckpoints,
+    SetTTL,
+    AcquireLease,
+    RenewLease,
+    ReleaseLease,
+    RequestStop,
+    TakeStop,
+)
 
 
 def describe(op: Op) -> str:
@@ -244,6 +275,8 @@ def describe(op: Op) -> str:
         RenewLease: "renewing the lease",
         ReleaseLease: "releasing the lease",
         ReadLease: "reading the lease",
+        RequestStop: "asking the run to stop",
+        TakeStop: "reading the stop request",
     }[type(op)]
     if thread_id is None:
         return what

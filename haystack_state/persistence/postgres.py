@@ -88,6 +88,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
             expires_at double precision NOT NULL
         )""",
     ),
+    (  # a stop asked of the run holding the lease (Agent.cancel, from any process)
+        "ALTER TABLE {leases} ADD COLUMN stop_requested boolean NOT NULL DEFAULT false",
+    ),
 ]
 
 
@@ -236,6 +239,8 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
             ops.RenewLease: self._renew,
             ops.ReleaseLease: self._release,
             ops.ReadLease: self._read_lease,
+            ops.RequestStop: self._request_stop,
+            ops.TakeStop: self._take_stop,
         }
         if pool is None:
             self._dsn = (conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo) or ""

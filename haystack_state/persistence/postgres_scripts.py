@@ -310,8 +310,8 @@ class PostgresScripts:
         # Insert, or take over an expired lease or one's own, in one statement; otherwise the holder comes back.
         query = self._q(
             "INSERT INTO {leases} AS l (thread_id, owner, expires_at) VALUES (%(thread)s, %(owner)s, %(expires)s) "
-            "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
-            "WHERE l.owner = excluded.owner OR l.expires_at <= %(now)s RETURNING 1"
+            "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, "
+            "stop_requested = false WHERE l.owner = excluded.owner OR l.expires_at <= %(now)s RETURNING 1"
         )
         params = {"thread": op.thread_id, "owner": op.owner, "expires": _epoch(op.expires_at), "now": _epoch(op.now)}
         for _ in range(3):  # a holder that releases between the two statements: try again
@@ -327,6 +327,16 @@ class PostgresScripts:
     def _renew(self, op: ops.RenewLease) -> Script:
         query = self._q("UPDATE {leases} SET expires_at = %s WHERE thread_id = %s AND owner = %s")
         return (yield Stmt(query, (_epoch(op.expires_at), op.thread_id, op.owner), COUNT, alone=True)) == 1
+
+    def _request_stop(self, op: ops.RequestStop) -> Script:
+        query = self._q("UPDATE {leases} SET stop_requested = true WHERE thread_id = %s AND expires_at > %s")
+        return (yield Stmt(query, (op.thread_id, _epoch(op.now)), COUNT, alone=True)) == 1
+
+    def _take_stop(self, op: ops.TakeStop) -> Script:
+        query = self._q(
+            "UPDATE {leases} SET stop_requested = false WHERE thread_id = %s AND owner = %s AND stop_requested"
+        )
+        return (yield Stmt(query, (op.thread_id, op.owner), COUNT, alone=True)) == 1
 
     def _release(self, op: ops.ReleaseLease) -> Script:
         query = self._q("DELETE FROM {leases} WHERE thread_id = %s AND owner = %s")

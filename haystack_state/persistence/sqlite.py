@@ -84,6 +84,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
     (  # snapshots written from now on are zlib-compressed UTF-8 (a BLOB); older ones (TEXT) still read as they are
         f"CREATE INDEX {CHECKPOINTS}_snapshots ON {CHECKPOINTS} (thread_id, seq) WHERE snapshot IS NOT NULL",
     ),
+    (  # a stop asked of the run holding the lease (Agent.cancel, from any process)
+        f"ALTER TABLE {LEASES} ADD COLUMN stop_requested INTEGER NOT NULL DEFAULT 0",
+    ),
 ]
 
 _META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
@@ -185,6 +188,8 @@ class SQLiteCheckpointer(Checkpointer):
             ops.RenewLease: self._renew,
             ops.ReleaseLease: self._release,
             ops.ReadLease: self._read_lease,
+            ops.RequestStop: self._request_stop,
+            ops.TakeStop: self._take_stop,
         }
         try:
             with self._connection() as conn:
@@ -601,7 +606,7 @@ class SQLiteCheckpointer(Checkpointer):
             return (found[0], _from_epoch(found[1]))
         conn.execute(
             f"INSERT INTO {LEASES} (thread_id, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (thread_id) "
-            "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at",
+            "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, stop_requested = 0",
             (op.thread_id, op.owner, _epoch(op.expires_at)),
         )
         return None
@@ -614,6 +619,14 @@ class SQLiteCheckpointer(Checkpointer):
             ).rowcount
             == 1
         )
+
+    def _request_stop(self, conn: sqlite3.Connection, op: ops.RequestStop) -> bool:
+        query = f"UPDATE {LEASES} SET stop_requested = 1 WHERE thread_id = ? AND expires_at > ?"
+        return conn.execute(query, (op.thread_id, _epoch(op.now))).rowcount == 1
+
+    def _take_stop(self, conn: sqlite3.Connection, op: ops.TakeStop) -> bool:
+        query = f"UPDATE {LEASES} SET stop_requested = 0 WHERE thread_id = ? AND owner = ? AND stop_requested = 1"
+        return conn.execute(query, (op.thread_id, op.owner)).rowcount == 1
 
     def _release(self, conn: sqlite3.Connection, op: ops.ReleaseLease) -> bool:
         query = f"DELETE FROM {LEASES} WHERE thread_id = ? AND owner = ?"
