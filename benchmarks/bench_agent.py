@@ -131,6 +131,23 @@ def make_ours(steps: int, tools: list[Any]) -> Callable[[], dict[str, Any]]:
     return lambda: agent.run([ChatMessage.from_user("Count.")])
 
 
+def make_ours_streamed(steps: int, tools: list[Any]) -> Callable[[], dict[str, Any]]:
+    """Our agent with someone listening: every event of the run consumed through ``Agent.stream``."""
+    agent = Agent(
+        chat_generator=ReplayChatGenerator(script(steps)),
+        tools=tools,
+        state_schema=STATE_SCHEMA,
+        max_agent_steps=steps + 1,
+    )
+
+    def consume() -> dict[str, Any]:
+        events = list(agent.stream([ChatMessage.from_user("Count.")]))
+        outputs: dict[str, Any] = events[-1].outputs
+        return outputs
+
+    return consume
+
+
 def make_haystack(steps: int, tools: list[Any]) -> Callable[[], dict[str, Any]]:
     agent = HaystackAgent(
         chat_generator=ReplayChatGenerator(script(steps)),
@@ -377,6 +394,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  haystack_state Agent:   {ours * 1e6:9.1f} us/step  (same haystack Tool)")
     print(f"    with our @tool:       {ours_fn * 1e6:9.1f} us/step")
     print(f"  ratio ours/haystack-ai: {ratio:.3f}")
+    streamed = measure(
+        {"run": (make_ours, lambda: [haystack_tool()]), "stream": (make_ours_streamed, lambda: [haystack_tool()])},
+        steps,
+        repeat,
+    )
+    print("events cost only when someone listens:")
+    print(f"  our run(), no listener:        {streamed['run'] * 1e6:9.1f} us/step")
+    print(f"  our stream(), every event:     {streamed['stream'] * 1e6:9.1f} us/step")
+    print(f"  stream/run: {streamed['stream'] / streamed['run']:.2f}")
 
     hooked_contenders: dict[str, tuple[Maker, Callable[[], list[Any]]]] = {
         "haystack-ai": (make_haystack_hooked, lambda: [state_tool()]),

@@ -203,13 +203,18 @@ class PostgresScripts:
             "AND (t.expires_at IS NULL OR t.expires_at > %(now)s)"
         )
         params = {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "now": _epoch(op.now)}
-        found = yield Stmt(query, params, ONE)
-        if found is not None:
-            return _row(found)
-        head = yield from self._visible_head(op.thread_id, op.now)
-        if head is None:
-            raise ThreadNotFoundError(op.thread_id)
-        raise CheckpointNotFoundError(op.thread_id, head if op.checkpoint_id is None else op.checkpoint_id)
+        for _ in range(3):
+            found = yield Stmt(query, params, ONE)
+            if found is not None:
+                return _row(found)
+            head = yield from self._visible_head(op.thread_id, op.now)
+            if head is None:
+                raise ThreadNotFoundError(op.thread_id)
+            if op.checkpoint_id is not None:
+                raise CheckpointNotFoundError(op.thread_id, op.checkpoint_id)
+            # The two statements see different moments: the thread was created (or its head moved) in between, by
+            # another run. Read again: the head's row is committed with the head.
+        raise CheckpointNotFoundError(op.thread_id, head)
 
     def _read_chain(self, op: ops.ReadChain) -> Script:
         # Each step of the walk is one primary-key lookup (LATERAL ... LIMIT 1 keeps the planner from hash-joining
