@@ -412,7 +412,8 @@ class Checkpointer(StateReader, abc.ABC):
     def request_stop(self, thread_id: str) -> bool:
         """
         Ask the run that holds the thread's lease, in any process, to stop at its next step boundary (it finds the
-        request when it next renews its lease). A run that starts later is not affected.
+        request when it next renews its lease: the renewed ``Lease`` has ``stop_requested``). A run that starts later
+        is not affected.
 
         :param thread_id: The thread.
         :returns: Whether a live run holds the thread (False: nothing to stop).
@@ -424,14 +425,6 @@ class Checkpointer(StateReader, abc.ABC):
         """:meth:`request_stop`, awaiting the storage."""
         check_thread_id(thread_id)
         return bool(await self._adrive(self._one(ops.RequestStop(thread_id, utc_now()))))
-
-    def take_stop_request(self, lease: Lease) -> bool:
-        """
-        Whether a stop was asked of the run holding ``lease`` (see :meth:`request_stop`), clearing the request.
-
-        :param lease: The run's lease.
-        """
-        return bool(self._drive(self._one(ops.TakeStop(lease.thread_id, lease.owner))))
 
     # --- settings and lifetime -------------------------------------------------------------------------------
 
@@ -702,10 +695,10 @@ class Checkpointer(StateReader, abc.ABC):
 
         now = utc_now()
         expires = now + dt.timedelta(seconds=self._lease_seconds(ttl))
-        held = yield ops.RenewLease(lease.thread_id, lease.owner, now, expires)
-        if not held:
+        stop = yield ops.RenewLease(lease.thread_id, lease.owner, now, expires)
+        if stop is None:
             raise lost_error(lease)
-        return Lease(lease.thread_id, lease.owner, expires)
+        return Lease(lease.thread_id, lease.owner, expires, stop_requested=bool(stop))
 
     def _read_lease_flow(self, thread_id: str) -> Flow[Lease | None]:
         check_thread_id(thread_id)

@@ -86,7 +86,7 @@ class LeaseKeeper:
         while not self._stop.wait(interval):
             try:
                 self.lease = self.checkpointer.renew_lease(self.lease)
-                if self.on_stop is not None and self.checkpointer.take_stop_request(self.lease):
+                if self.lease.stop_requested and self.on_stop is not None:
                     self.on_stop()
             except ThreadBusyError:
                 self.lost = True

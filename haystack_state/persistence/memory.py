@@ -65,7 +65,6 @@ class InMemoryCheckpointer(Checkpointer):
             ops.ReleaseLease: self._release,
             ops.ReadLease: lambda op: self._leases.get(op.thread_id),
             ops.RequestStop: self._request_stop,
-            ops.TakeStop: self._take_stop,
         }
 
     def init_parameters(self) -> dict[str, Any]:
@@ -203,24 +202,18 @@ class InMemoryCheckpointer(Checkpointer):
         self._stops = {stop for stop in self._stops if stop[0] != op.thread_id}
         return None
 
-    def _renew(self, op: ops.RenewLease) -> bool:
+    def _renew(self, op: ops.RenewLease) -> bool | None:
         holder = self._leases.get(op.thread_id)
         if holder is None or holder[0] != op.owner:
-            return False
+            return None
         self._leases[op.thread_id] = (op.owner, op.expires_at)
-        return True
+        return (op.thread_id, op.owner) in self._stops
 
     def _request_stop(self, op: ops.RequestStop) -> bool:
         holder = self._leases.get(op.thread_id)
         if holder is None or holder[1] <= op.now:
             return False
         self._stops.add((op.thread_id, holder[0]))
-        return True
-
-    def _take_stop(self, op: ops.TakeStop) -> bool:
-        if (op.thread_id, op.owner) not in self._stops:
-            return False
-        self._stops.discard((op.thread_id, op.owner))
         return True
 
     def _release(self, op: ops.ReleaseLease) -> bool:

@@ -27,7 +27,6 @@ __all__ = [
     "ReadHistory",
     "ReadLease",
     "RequestStop",
-    "TakeStop",
     "ReadMeta",
     "ReadPruneCandidates",
     "ReadThreads",
@@ -172,7 +171,10 @@ class AcquireLease:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RenewLease:
-    """Extend ``owner``'s lease to ``expires_at``; returns False if it does not hold it (any more)."""
+    """
+    Extend ``owner``'s lease to ``expires_at``; returns None if it does not hold it (any more), else whether a stop
+    was asked of the run (``RequestStop``).
+    """
 
     thread_id: str
     owner: str
@@ -203,14 +205,6 @@ class RequestStop:
     now: dt.datetime
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class TakeStop:
-    """Whether a stop was asked of ``owner``'s run on the thread, clearing the request (returns a bool)."""
-
-    thread_id: str
-    owner: str
-
-
 Op = (
     Insert
     | ReadHead
@@ -228,7 +222,6 @@ Op = (
     | ReleaseLease
     | ReadLease
     | RequestStop
-    | TakeStop
 )
 
 T = TypeVar("T")
@@ -247,7 +240,6 @@ WRITES = (
     RenewLease,
     ReleaseLease,
     RequestStop,
-    TakeStop,
 )
 
 
@@ -276,7 +268,6 @@ def describe(op: Op) -> str:
         ReleaseLease: "releasing the lease",
         ReadLease: "reading the lease",
         RequestStop: "asking the run to stop",
-        TakeStop: "reading the stop request",
     }[type(op)]
     if thread_id is None:
         return what

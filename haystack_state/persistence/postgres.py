@@ -240,7 +240,6 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
             ops.ReleaseLease: self._release,
             ops.ReadLease: self._read_lease,
             ops.RequestStop: self._request_stop,
-            ops.TakeStop: self._take_stop,
         }
         if pool is None:
             self._dsn = (conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo) or ""

@@ -330,18 +330,15 @@ class PostgresScripts:
         raise CheckpointError(f"Thread '{op.thread_id}': the lease could not be acquired (it kept changing hands).")
 
     def _renew(self, op: ops.RenewLease) -> Script:
-        query = self._q("UPDATE {leases} SET expires_at = %s WHERE thread_id = %s AND owner = %s")
-        return (yield Stmt(query, (_epoch(op.expires_at), op.thread_id, op.owner), COUNT, alone=True)) == 1
+        query = self._q(
+            "UPDATE {leases} SET expires_at = %s WHERE thread_id = %s AND owner = %s RETURNING stop_requested"
+        )
+        found = yield Stmt(query, (_epoch(op.expires_at), op.thread_id, op.owner), ONE, alone=True)
+        return bool(found[0]) if found is not None else None
 
     def _request_stop(self, op: ops.RequestStop) -> Script:
         query = self._q("UPDATE {leases} SET stop_requested = true WHERE thread_id = %s AND expires_at > %s")
         return (yield Stmt(query, (op.thread_id, _epoch(op.now)), COUNT, alone=True)) == 1
-
-    def _take_stop(self, op: ops.TakeStop) -> Script:
-        query = self._q(
-            "UPDATE {leases} SET stop_requested = false WHERE thread_id = %s AND owner = %s AND stop_requested"
-        )
-        return (yield Stmt(query, (op.thread_id, op.owner), COUNT, alone=True)) == 1
 
     def _release(self, op: ops.ReleaseLease) -> Script:
         query = self._q("DELETE FROM {leases} WHERE thread_id = %s AND owner = %s")

@@ -163,11 +163,13 @@ class Lease:
     :param thread_id: The thread.
     :param owner: Who holds it (host, process and a random part).
     :param expires_at: When it expires unless renewed (timezone-aware, UTC).
+    :param stop_requested: Whether a stop was asked of the run holding it (read at its last renewal).
     """
 
     thread_id: str
     owner: str
     expires_at: dt.datetime
+    stop_requested: bool = False
 
 
 def check_thread_id(thread_id: Any) -> str:

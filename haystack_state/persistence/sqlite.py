@@ -189,7 +189,6 @@ class SQLiteCheckpointer(Checkpointer):
             ops.ReleaseLease: self._release,
             ops.ReadLease: self._read_lease,
             ops.RequestStop: self._request_stop,
-            ops.TakeStop: self._take_stop,
         }
         try:
             with self._connection() as conn:
@@ -611,22 +610,16 @@ class SQLiteCheckpointer(Checkpointer):
         )
         return None
 
-    def _renew(self, conn: sqlite3.Connection, op: ops.RenewLease) -> bool:
-        return (
-            conn.execute(
-                f"UPDATE {LEASES} SET expires_at = ? WHERE thread_id = ? AND owner = ?",
-                (_epoch(op.expires_at), op.thread_id, op.owner),
-            ).rowcount
-            == 1
-        )
+    def _renew(self, conn: sqlite3.Connection, op: ops.RenewLease) -> bool | None:
+        found = conn.execute(
+            f"UPDATE {LEASES} SET expires_at = ? WHERE thread_id = ? AND owner = ? RETURNING stop_requested",
+            (_epoch(op.expires_at), op.thread_id, op.owner),
+        ).fetchone()
+        return bool(found[0]) if found is not None else None
 
     def _request_stop(self, conn: sqlite3.Connection, op: ops.RequestStop) -> bool:
         query = f"UPDATE {LEASES} SET stop_requested = 1 WHERE thread_id = ? AND expires_at > ?"
         return conn.execute(query, (op.thread_id, _epoch(op.now))).rowcount == 1
-
-    def _take_stop(self, conn: sqlite3.Connection, op: ops.TakeStop) -> bool:
-        query = f"UPDATE {LEASES} SET stop_requested = 0 WHERE thread_id = ? AND owner = ? AND stop_requested = 1"
-        return conn.execute(query, (op.thread_id, op.owner)).rowcount == 1
 
     def _release(self, conn: sqlite3.Connection, op: ops.ReleaseLease) -> bool:
         query = f"DELETE FROM {LEASES} WHERE thread_id = ? AND owner = ?"
