@@ -20,8 +20,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from haystack.core.errors import SerializationError
 
@@ -30,10 +29,10 @@ from haystack_state.errors import (
     CheckpointNotFoundError,
     CheckpointStorageError,
     CodecError,
-    HaystackStateError,
     ThreadConflictError,
     ThreadNotFoundError,
 )
+from haystack_state.flows import FlowDriver
 from haystack_state.persistence import ops
 from haystack_state.persistence.cache import HeadCache, fresh_copy, merge_frozen
 from haystack_state.persistence.chain import (
@@ -123,7 +122,7 @@ def check_commit(row: StoredCheckpoint, expected_head: str | None, actual_head: 
         raise CheckpointNotFoundError(row.thread_id, row.parent_id)
 
 
-class Checkpointer(StateReader, abc.ABC):
+class Checkpointer(StateReader, FlowDriver):
     """
     Durable storage of state checkpoints, organized in threads. Thread-safe; usable as a context manager (``with``
     or ``async with``). Every method has an async twin (``acommit``, ``aget``, ...) that does not block the event loop.
@@ -471,31 +470,11 @@ class Checkpointer(StateReader, abc.ABC):
         await self._aclose()
         self.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
     # --- the pair of methods a backend implements ---------------------------------------------------------------
 
     @abc.abstractmethod
     def _execute(self, op: ops.Op) -> Any:
         """Execute one operation (one transaction) and return its result (see :mod:`~.ops`)."""
-
-    async def _aexecute(self, op: ops.Op) -> Any:
-        """Execute one operation without blocking the event loop; backends with I/O override this."""
-        return self._execute(op)
 
     @abc.abstractmethod
     def _close(self) -> None:
@@ -506,49 +485,10 @@ class Checkpointer(StateReader, abc.ABC):
 
     # --- driving flows ------------------------------------------------------------------------------------------
 
-    def _drive(self, flow: Flow[T]) -> T:
-        self._check_open()
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                op = flow.throw(error) if error is not None else flow.send(result)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                result, error = self._execute(op), None
-            except HaystackStateError as exc:
-                result, error = None, exc
-            except Exception as exc:
-                result, error = None, self._storage_error(op, exc)
-
-    async def _adrive(self, flow: Flow[T]) -> T:
-        self._check_open()
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                op = flow.throw(error) if error is not None else flow.send(result)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                result, error = await self._aexecute(op), None
-            except HaystackStateError as exc:
-                result, error = None, exc
-            except Exception as exc:
-                result, error = None, self._storage_error(op, exc)
-
     def _storage_error(self, op: ops.Op, exc: Exception) -> CheckpointStorageError:
-        error = CheckpointStorageError(
+        return CheckpointStorageError(
             f"{type(self).__name__}: {ops.describe(op)} failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
         )
-        error.__cause__ = exc
-        return error
-
-    @staticmethod
-    def _one(op: ops.Op) -> Flow[Any]:
-        result = yield op
-        return result
 
     def _check_open(self) -> None:
         if self._closed:

@@ -41,6 +41,7 @@ from haystack.core.errors import SerializationError
 from haystack.utils import Secret
 
 from haystack_state.errors import CheckpointError
+from haystack_state.migrations import migrate_postgres
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.grouping import Failed, GroupCommit
@@ -456,24 +457,15 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
             self._pool.close()
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        """Apply the pending migrations in one transaction, under an advisory lock on the schema name."""
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"haystack_state:{self._schema}",))
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema)))
-            conn.execute(
-                self._q("CREATE TABLE IF NOT EXISTS {migrations} (version integer PRIMARY KEY, applied_at timestamptz)")
-            )
-            row = conn.execute(self._q("SELECT COALESCE(MAX(version), 0) FROM {migrations}")).fetchone()
-            current = int(row[0]) if row is not None else 0
-            if current > len(MIGRATIONS):
-                raise CheckpointError(
-                    f"The schema '{self._schema}' is at version {current}, newer than this haystack-state supports "
-                    f"({len(MIGRATIONS)}); upgrade haystack-state."
-                )
-            for version in range(current + 1, len(MIGRATIONS) + 1):
-                for statement in MIGRATIONS[version - 1]:
-                    conn.execute(self._q(statement))
-                conn.execute(self._q("INSERT INTO {migrations} VALUES (%s, now())"), (version,))
+        """Apply the pending migrations (see :func:`haystack_state.migrations.migrate_postgres`)."""
+        schema = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
+        migrate_postgres(conn, f"haystack_state:{self._schema}", schema, self._q, MIGRATIONS, self._newer_schema)
+
+    def _newer_schema(self, current: int, supported: int) -> CheckpointError:
+        return CheckpointError(
+            f"The schema '{self._schema}' is at version {current}, newer than this haystack-state supports "
+            f"({supported}); upgrade haystack-state."
+        )
 
     # --- settings -----------------------------------------------------------------------------------------------
 

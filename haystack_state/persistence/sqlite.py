@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, CheckpointStorageError, ThreadNotFoundError
+from haystack_state.migrations import migrate_sqlite
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer, check_commit
 from haystack_state.persistence.grouping import Failed, GroupCommit
@@ -660,26 +661,12 @@ def _check_version(conn: sqlite3.Connection, path: str) -> None:
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Apply the pending migrations in one transaction; concurrent constructions are serialized by SQLite."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-        )
-        current = conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {MIGRATIONS_TABLE}").fetchone()[0]
-        if current > len(MIGRATIONS):
-            raise CheckpointError(
-                f"The database schema is at version {current}, newer than this haystack-state supports "
-                f"({len(MIGRATIONS)}); upgrade haystack-state."
-            )
-        for version in range(current + 1, len(MIGRATIONS) + 1):
-            for statement in MIGRATIONS[version - 1]:
-                conn.execute(statement)
-            conn.execute(
-                f"INSERT INTO {MIGRATIONS_TABLE} (version, applied_at) VALUES (?, ?)",
-                (version, dt.datetime.now(dt.UTC).isoformat()),
-            )
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+    """Apply the pending migrations (see :func:`haystack_state.migrations.migrate_sqlite`)."""
+    migrate_sqlite(conn, MIGRATIONS_TABLE, MIGRATIONS, _newer_schema)
+
+
+def _newer_schema(current: int, supported: int) -> CheckpointError:
+    return CheckpointError(
+        f"The database schema is at version {current}, newer than this haystack-state supports ({supported}); "
+        "upgrade haystack-state."
+    )

@@ -16,12 +16,12 @@ import datetime as dt
 import json
 import time
 from collections.abc import Generator, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from haystack.core.errors import SerializationError
 
-from haystack_state.errors import CodecError, HaystackStateError, StoreError, StoreInputError
+from haystack_state.errors import CodecError, StoreError, StoreInputError
+from haystack_state.flows import FlowDriver
 from haystack_state.persistence.codec import decode, from_json
 from haystack_state.store import ops
 from haystack_state.store.embed import Embedder
@@ -59,7 +59,7 @@ def _utc(epoch: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(epoch, dt.UTC)
 
 
-class Store(abc.ABC):
+class Store(FlowDriver):
     """
     Long-term memory shared by threads: JSON-like items (dicts) under a *namespace* (a tuple of strings such as
     ``("users", "u1", "memories")``) and a key, with full-text search, filters and, given an embedder, semantic
@@ -264,90 +264,35 @@ class Store(abc.ABC):
             await self._aclose()
             self.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
     # --- the pair of methods a backend implements ---------------------------------------------------------------
 
     @abc.abstractmethod
     def _execute(self, op: ops.Op) -> Any:
         """Execute one operation (one transaction) and return its result (see :mod:`~.ops`)."""
 
-    async def _aexecute(self, op: ops.Op) -> Any:
-        """Execute one operation without blocking the event loop; backends with I/O override this."""
-        return self._execute(op)
-
-    def _close(self) -> None:  # noqa: B027 - a backend without resources has nothing to release
+    def _close(self) -> None:
         """Release resources."""
 
-    async def _aclose(self) -> None:  # noqa: B027 - idem
+    async def _aclose(self) -> None:
         """Release the event loop's connections; called by :meth:`aclose` before :meth:`close`."""
 
     # --- driving flows ------------------------------------------------------------------------------------------
 
-    def _drive(self, flow: Flow[T]) -> T:
-        self._check_open()
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = flow.throw(error) if error is not None else flow.send(result)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                if isinstance(step, _Embed):
-                    assert self._index is not None
-                    result, error = self._index(step.texts), None
-                else:
-                    result, error = self._execute(step), None
-            except HaystackStateError as exc:
-                result, error = None, exc
-            except Exception as exc:
-                result, error = None, self._storage_error(step, exc)
+    def _step(self, op: ops.Op | _Embed) -> Any:
+        if isinstance(op, _Embed):
+            assert self._index is not None
+            return self._index(op.texts)
+        return self._execute(op)
 
-    async def _adrive(self, flow: Flow[T]) -> T:
-        self._check_open()
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = flow.throw(error) if error is not None else flow.send(result)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                if isinstance(step, _Embed):
-                    assert self._index is not None
-                    result, error = await self._index.acall(step.texts), None
-                else:
-                    result, error = await self._aexecute(step), None
-            except HaystackStateError as exc:
-                result, error = None, exc
-            except Exception as exc:
-                result, error = None, self._storage_error(step, exc)
+    async def _astep(self, op: ops.Op | _Embed) -> Any:
+        if isinstance(op, _Embed):
+            assert self._index is not None
+            return await self._index.acall(op.texts)
+        return await self._aexecute(op)
 
     def _storage_error(self, step: ops.Op | _Embed, exc: Exception) -> StoreError:
         what = "embedding" if isinstance(step, _Embed) else ops.describe(step)
-        error = StoreError(f"{type(self).__name__}: {what} failed: {type(exc).__name__}: {' '.join(str(exc).split())}")
-        error.__cause__ = exc
-        return error
-
-    @staticmethod
-    def _one(op: ops.Op) -> Flow[Any]:
-        result = yield op
-        return result
+        return StoreError(f"{type(self).__name__}: {what} failed: {type(exc).__name__}: {' '.join(str(exc).split())}")
 
     def _check_open(self) -> None:
         if self._closed:

@@ -30,6 +30,7 @@ from haystack.core.errors import SerializationError
 from haystack.utils import Secret
 
 from haystack_state.errors import StoreError
+from haystack_state.migrations import migrate_postgres
 from haystack_state.store import ops
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
@@ -255,24 +256,15 @@ class PostgresStore(Store):
         self._pool.close()
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        """Apply the pending migrations in one transaction, under an advisory lock on the schema name."""
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"haystack_state_store:{self._schema}",))
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema)))
-            conn.execute(
-                self._q("CREATE TABLE IF NOT EXISTS {migrations} (version integer PRIMARY KEY, applied_at timestamptz)")
-            )
-            row = conn.execute(self._q("SELECT COALESCE(MAX(version), 0) FROM {migrations}")).fetchone()
-            current = int(row[0]) if row is not None else 0
-            if current > len(MIGRATIONS):
-                raise StoreError(
-                    f"The store's schema '{self._schema}' is at version {current}, newer than this haystack-state "
-                    f"supports ({len(MIGRATIONS)}); upgrade haystack-state."
-                )
-            for version in range(current + 1, len(MIGRATIONS) + 1):
-                for statement in MIGRATIONS[version - 1]:
-                    conn.execute(self._q(statement))
-                conn.execute(self._q("INSERT INTO {migrations} VALUES (%s, now())"), (version,))
+        """Apply the pending migrations (see :func:`haystack_state.migrations.migrate_postgres`)."""
+        schema = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
+        migrate_postgres(conn, f"haystack_state_store:{self._schema}", schema, self._q, MIGRATIONS, self._newer_schema)
+
+    def _newer_schema(self, current: int, supported: int) -> StoreError:
+        return StoreError(
+            f"The store's schema '{self._schema}' is at version {current}, newer than this haystack-state "
+            f"supports ({supported}); upgrade haystack-state."
+        )
 
     @contextmanager
     def _raw_connection(self) -> Iterator[psycopg.Connection[Any]]:

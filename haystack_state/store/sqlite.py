@@ -11,7 +11,6 @@ same operations on a small thread pool, so they never block the event loop (as t
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from haystack_state.errors import StoreError
+from haystack_state.migrations import migrate_sqlite
 from haystack_state.store import ops
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
@@ -268,26 +268,12 @@ class SQLiteStore(Store):
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Apply the pending migrations in one transaction; concurrent constructions are serialized by SQLite."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-        )
-        current = conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {MIGRATIONS_TABLE}").fetchone()[0]
-        if current > len(MIGRATIONS):
-            raise StoreError(
-                f"The store's schema is at version {current}, newer than this haystack-state supports "
-                f"({len(MIGRATIONS)}); upgrade haystack-state."
-            )
-        for version in range(current + 1, len(MIGRATIONS) + 1):
-            for statement in MIGRATIONS[version - 1]:
-                conn.execute(statement)
-            conn.execute(
-                f"INSERT INTO {MIGRATIONS_TABLE} (version, applied_at) VALUES (?, ?)",
-                (version, dt.datetime.now(dt.UTC).isoformat()),
-            )
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+    """Apply the pending migrations (see :func:`haystack_state.migrations.migrate_sqlite`)."""
+    migrate_sqlite(conn, MIGRATIONS_TABLE, MIGRATIONS, _newer_schema)
+
+
+def _newer_schema(current: int, supported: int) -> StoreError:
+    return StoreError(
+        f"The store's schema is at version {current}, newer than this haystack-state supports ({supported}); "
+        "upgrade haystack-state."
+    )
