@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from haystack import logging
@@ -186,18 +187,12 @@ class ToolBatch:
         """
         spec = call.spec
         assert spec is not None
-        call_id = call.tool_call.id
-        start = time.perf_counter() if self.on_call is not None else 0.0
-        try:
-            with interrupt_scope(call_id, spec.name, self.answers.get(call_id, ()) if call_id is not None else ()):
-                if traced:
-                    return traced_call(_invoke_sync, spec, call.tool_call, parent, spec, kwargs, timeout)
-                return _invoke_sync(spec, kwargs, timeout)
-        except ToolInterrupt as stop:
-            return Interrupted(stop)
-        finally:
-            if self.on_call is not None:
-                self._durations[call.index] = time.perf_counter() - start
+        with self._scope(call) as outcome:
+            if traced:
+                outcome.value = traced_call(_invoke_sync, spec, call.tool_call, parent, spec, kwargs, timeout)
+            else:
+                outcome.value = _invoke_sync(spec, kwargs, timeout)
+        return outcome.value
 
     async def invoke_async(
         self,
@@ -220,21 +215,33 @@ class ToolBatch:
         """
         spec = call.spec
         assert spec is not None
+        with self._scope(call) as outcome:
+            work: Awaitable[Any]
+            if timeout is not None and not spec.is_async:  # a sync tool: in a daemon thread, abandoned if late
+                worker_context = contextvars.copy_context()
+                work = asyncio.wrap_future(WORKERS.submit(worker_context.run, _invoke_sync, spec, kwargs))
+            else:
+                work = spec.tool.invoke_async(**kwargs)
+            if traced:
+                work = traced_call_async(work, spec, call.tool_call, parent)
+            outcome.value = await with_timeout(work, spec, timeout)
+        return outcome.value
+
+    @contextmanager
+    def _scope(self, call: PlannedCall) -> Iterator[_Outcome]:
+        """
+        Around one call (sync or async): its interrupt scope, its duration (when someone listens), and a call that
+        stops at ``interrupt()`` turned into an ``Interrupted`` outcome.
+        """
+        assert call.spec is not None
         call_id = call.tool_call.id
+        outcome = _Outcome()
         start = time.perf_counter() if self.on_call is not None else 0.0
         try:
-            with interrupt_scope(call_id, spec.name, self.answers.get(call_id, ()) if call_id is not None else ()):
-                work: Awaitable[Any]
-                if timeout is not None and not spec.is_async:  # a sync tool: in a daemon thread, abandoned if late
-                    worker_context = contextvars.copy_context()
-                    work = asyncio.wrap_future(WORKERS.submit(worker_context.run, _invoke_sync, spec, kwargs))
-                else:
-                    work = spec.tool.invoke_async(**kwargs)
-                if traced:
-                    work = traced_call_async(work, spec, call.tool_call, parent)
-                return await with_timeout(work, spec, timeout)
+            with interrupt_scope(call_id, call.spec.name, self.answers.get(call_id, ()) if call_id is not None else ()):
+                yield outcome
         except ToolInterrupt as stop:
-            return Interrupted(stop)
+            outcome.value = Interrupted(stop)
         finally:
             if self.on_call is not None:
                 self._durations[call.index] = time.perf_counter() - start
@@ -353,6 +360,15 @@ class ToolBatch:
         """The streaming chunks produced since the last call, to hand to the callback."""
         chunks, self.chunks = self.chunks, []
         return chunks
+
+
+class _Outcome:
+    """What a call returned (or ``Interrupted``), set inside :meth:`ToolBatch._scope`."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: Any = None
 
 
 def _invoke_sync(spec: ToolSpec, kwargs: dict[str, Any], timeout: float | None = None) -> Any:
