@@ -33,7 +33,11 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, NoReturn, TypeVar, Union, get_args, get_origin
 
-__all__ = ["RunContext", "check_deps", "check_tool_deps", "deps_type"]
+#: The ``context_params`` entry of a tool parameter annotated ``Store``: it receives the run's store
+#: (``RunContext.store``), not the context.
+STORE_PARAM: Any = type("StoreParam", (), {"__repr__": lambda self: "STORE_PARAM"})()
+
+__all__ = ["STORE_PARAM", "RunContext", "check_deps", "check_tool_deps", "deps_type"]
 
 T = TypeVar("T")
 
@@ -159,7 +163,8 @@ def check_tool_deps(specs: Mapping[str, Any] | Iterable[Any], deps: Any) -> None
     items: Iterable[Any] = specs.values() if isinstance(specs, Mapping) else specs
     for spec in items:
         for param, expected in spec.context_params.items():
-            check_deps(expected, deps, f"Tool '{spec.name}', parameter '{param}'")
+            if expected is not STORE_PARAM:
+                check_deps(expected, deps, f"Tool '{spec.name}', parameter '{param}'")
 
 
 def _classes(annotation: Any) -> tuple[type, ...] | None:

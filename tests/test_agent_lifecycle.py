@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from haystack import Pipeline
+from haystack.core.serialization import allow_deserialization_module
 from haystack.dataclasses import ChatMessage
 from workers import harness
 from workers.harness import TESTS_DIR, Harness, PostgresHarness, SQLiteHarness
@@ -30,6 +31,8 @@ from haystack_state.agent.events import CustomEvent
 from haystack_state.persistence import InMemoryCheckpointer, SQLiteCheckpointer
 from haystack_state.store import PostgresStore, SQLiteStore, Store
 from haystack_state.testing import ScriptedChatGenerator
+
+allow_deserialization_module(__name__)  # lets from_dict load the tools and loaders defined here
 
 persistent_store = harness.persistent_store
 postgres_dsn = harness.postgres_dsn
@@ -483,3 +486,61 @@ def test_a_fact_saved_in_one_thread_is_loaded_in_the_users_next_thread_and_not_i
     with pytest.raises(TypeError, match=r"Tool 'remember', parameter 'ctx' expects RunContext\[.*User\]"):
         agent(["x"]).run(user("x"), thread_id="D", context="u1")
     store.close()
+
+
+# --- a Store parameter, and serialization of lifecycles, views and the store ------------------------------------
+
+
+@tool
+def note_for(user_id: str, text: str, store: Store) -> str:
+    """Keep a note for a user, for every later conversation."""
+    store.put((user_id, "notes"), "last", {"text": text})
+    return "kept"
+
+
+def load_nothing(context: RunContext[Any], state: State) -> str:
+    """A loader that serializes by its import path."""
+    return "loaded"
+
+
+def test_a_store_parameter_is_hidden_and_receives_the_agents_or_invokers_store() -> None:
+    from haystack.dataclasses import ToolCall
+
+    from haystack_state import ToolInvoker
+    from haystack_state.store import InMemoryStore
+    from haystack_state.tools import tool_spec
+
+    assert set(tool_spec(note_for).parameters["properties"]) == {"user_id", "text"}
+    store = InMemoryStore()
+    agent = Agent(
+        ScriptedChatGenerator(script=[[("note_for", {"user_id": "u1", "text": "tea"})], "ok"]),
+        tools=[note_for],
+        store=store,
+    )
+    assert agent.run(user("note"))["messages"][-2].tool_call_result.result == "kept"
+    assert store.get(("u1", "notes"), "last").value == {"text": "tea"}
+    other = InMemoryStore()
+    invoker = ToolInvoker(tools=[note_for], store=other)
+    call = ChatMessage.from_assistant(tool_calls=[ToolCall("note_for", {"user_id": "u2", "text": "x"}, id="c")])
+    invoker.run(messages=[call])
+    assert other.get(("u2", "notes"), "last").value == {"text": "x"}
+    assert ToolInvoker.from_dict(invoker.to_dict()).store is not None
+
+
+def test_lifecycles_views_loaders_and_the_store_round_trip_through_to_dict(tmp_path: Path) -> None:
+    schema = {
+        "user_id": {"type": str, "scope": "input"},
+        "profile": {"type": str, "scope": "loaded", "loader": load_nothing},
+        "scratch": {"type": list[str], "input": False, "output": False},
+    }
+    agent = Agent(
+        ScriptedChatGenerator(script=["a"]),
+        state_schema=schema,
+        store=SQLiteStore(tmp_path / "memory.db"),
+    )
+    again = Agent.from_dict(agent.to_dict())
+    specs = again._specs_fields
+    assert specs["user_id"].scope == "input" and specs["profile"].loader is load_nothing
+    assert not specs["scratch"].is_input and not specs["scratch"].is_output
+    assert isinstance(again.store, SQLiteStore)
+    assert again.run(user("x"), user_id="u")["profile"] == "loaded"

@@ -25,6 +25,7 @@ from haystack_state.errors import (
     ToolMergeError,
 )
 from haystack_state.invocation.arguments import read_arguments, resolve_tool, safe_tool_call, shown
+from haystack_state.runtime import STORE_PARAM
 from haystack_state.state import State
 from haystack_state.tools.spec import ToolSpec
 from haystack_state.values import to_jsonable
@@ -306,8 +307,8 @@ def call_arguments(
             )
     for param in spec.state_params:
         kwargs[param] = state
-    for param in spec.context_params:
-        kwargs[param] = context
+    for param, expected in spec.context_params.items():
+        kwargs[param] = (context.store if context is not None else None) if expected is STORE_PARAM else context
     if passthrough and streaming_callback is not None and spec.streaming_callback:
         kwargs["streaming_callback"] = streaming_callback
     return kwargs

@@ -21,6 +21,7 @@ from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
 from haystack_state.invocation.timeouts import check_max_tool_calls, check_timeout
 from haystack_state.runtime import RunContext, check_tool_deps
 from haystack_state.state import State
+from haystack_state.store import Store, store_from_dict
 from haystack_state.tools.spec import ToolSpec, tool_specs
 
 __all__ = ["ToolInvoker"]
@@ -83,6 +84,8 @@ class ToolInvoker:
         worker thread.
     :param max_tool_calls: The most tool calls of one model reply that run; the calls past it are answered with a
         ``ToolCallLimitError`` and do not run. None for no limit.
+    :param store: A long-term memory store (``haystack_state.store``), given to tools through their ``RunContext``
+        (``ctx.store``) or a parameter annotated ``Store`` (hidden from the model).
     :raises ValueError: For a ``tool_timeout`` that is not a positive number, or ``max_tool_calls`` below 1.
     """
 
@@ -98,8 +101,10 @@ class ToolInvoker:
         enable_streaming_callback_passthrough: bool = False,
         tool_timeout: float | None = None,
         max_tool_calls: int | None = 64,
+        store: Store | None = None,
     ) -> None:
         self.tools = tools
+        self.store = store
         self.raise_on_failure = raise_on_failure
         self.max_workers = max_workers
         self.streaming_callback = streaming_callback
@@ -147,7 +152,7 @@ class ToolInvoker:
         context is checked against the tools' ``RunContext[T]`` parameters.
         """
         specs = self._current_specs() if tools is None else tool_specs(tools)
-        run_context = context if isinstance(context, RunContext) else RunContext(deps=context)
+        run_context = context if isinstance(context, RunContext) else RunContext(deps=context, store=self.store)
         check_tool_deps(specs, run_context.deps)
         return {
             "specs": specs,
@@ -242,6 +247,7 @@ class ToolInvoker:
             enable_streaming_callback_passthrough=self.enable_streaming_callback_passthrough,
             tool_timeout=self.tool_timeout,
             max_tool_calls=self.max_tool_calls,
+            store=self.store.to_dict() if self.store is not None else None,
         )
 
     @classmethod
@@ -257,4 +263,6 @@ class ToolInvoker:
         deserialize_tools_or_toolset_inplace(params, key="tools")
         if params.get("streaming_callback"):
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"])
+        if params.get("store"):
+            params["store"] = store_from_dict(params["store"])
         return default_from_dict(cls, data)

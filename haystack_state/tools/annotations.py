@@ -18,7 +18,7 @@ from typing import Annotated, Any, Optional, Union, get_args, get_origin
 
 from haystack.components.agents.state import State as HaystackState
 
-from haystack_state.runtime import deps_type
+from haystack_state.runtime import STORE_PARAM, deps_type
 from haystack_state.state import State
 
 __all__ = [
@@ -54,23 +54,22 @@ def unwrap_optional(annotation: Any) -> Any:
 
 def is_state_annotation(annotation: Any) -> bool:
     """
-        Tell whether a parameter annotated this way receives the live State object.
+    Tell whether a parameter annotated this way receives the live State object.
 
-        Usage example:
+    Usage example:
 
-        .. code-block:: python
+    .. code-block:: python
 
-            from typing import Annotated
-            from haystack_state.runtime import deps_type
-    from haystack_state.state import State
+        from typing import Annotated
+        from haystack_state.state import State
 
-            assert is_state_annotation(State | None)
-            assert is_state_annotation(Annotated[State, "the agent's state"])
-            assert not is_state_annotation(dict)
+        assert is_state_annotation(State | None)
+        assert is_state_annotation(Annotated[State, "the agent's state"])
+        assert not is_state_annotation(dict)
 
-        :param annotation: A type annotation (already resolved, not a string).
-        :returns: ``True`` for ``State``, ``State | None``, ``Optional[State]`` and ``Annotated[State, ...]`` of either
-            State class or a subclass of one.
+    :param annotation: A type annotation (already resolved, not a string).
+    :returns: ``True`` for ``State``, ``State | None``, ``Optional[State]`` and ``Annotated[State, ...]`` of either
+        State class or a subclass of one.
     """
     inner = unwrap_optional(annotation)
     return isinstance(inner, type) and issubclass(inner, STATE_CLASSES)
@@ -95,9 +94,14 @@ def context_deps_type(annotation: Any) -> Any:
     :param annotation: A type annotation (already resolved, not a string).
     :returns: ``T`` for ``RunContext[T]`` (and ``Annotated[...]``); ``T | None`` for ``RunContext[T] | None`` and
         ``Optional[RunContext[T]]``, since a tool that accepts no context accepts a run without dependencies;
-        ``Any`` for a bare ``RunContext``; None for any other annotation.
+        ``Any`` for a bare ``RunContext``; ``STORE_PARAM`` for ``Store`` (or a subclass, optional or not): such a
+        parameter receives the run's long-term memory store; None for any other annotation.
     """
     inner = unwrap_optional(annotation)
+    from haystack_state.store.base import Store  # (the store imports the codec, which reads tool types)
+
+    if isinstance(inner, type) and issubclass(inner, Store):
+        return STORE_PARAM
     expects = deps_type(inner)
     if expects is None or expects is Any or not _accepts_none(annotation):
         return expects
