@@ -20,7 +20,7 @@ from haystack.dataclasses import ChatMessage
 from workers import harness
 from workers.harness import TESTS_DIR, Harness, PostgresHarness, SQLiteHarness
 
-from haystack_state import Agent, InMemoryCheckpointer, State, interrupt, tool
+from haystack_state import Agent, InMemoryCheckpointer, RunContext, State, interrupt, tool
 from haystack_state.agent.events import Interrupted, ToolCallFinished, ToolCallStarted
 from haystack_state.cli import main
 from haystack_state.testing import ScriptedChatGenerator
@@ -60,6 +60,13 @@ async def confirm_async(item: str) -> str:
     await asyncio.sleep(0)
     answer = interrupt(f"Confirm {item}?")
     return f"{item}: {answer}"
+
+
+@tool(outputs_to_state={"log": {}})
+def report(ctx: RunContext) -> str:
+    """Report progress."""
+    ctx.emit("progress", {"done": 1})
+    return "reported"
 
 
 def make(script: list[Any], cp: Any, **kwargs: Any) -> Agent:
@@ -422,3 +429,40 @@ def test_cancel_from_another_process_stops_the_run_at_a_step_boundary(persistent
     assert cp.read_lease("t") is None and agent.cancel("t") is False
     assert len(snapshot.values["log"]) == summary["steps"]
     assert agent.run([], thread_id="t")["last_message"].text == "Stopped where you asked."
+
+
+def test_every_event_type_streams_sync_and_async() -> None:
+    from haystack_state.agent import events as ev
+
+    def make_agent(cp: Any) -> Agent:
+        return Agent(
+            ScriptedChatGenerator(script=[[("report", {}), ("transfer", {"amount": 1})], "done"]),
+            tools=[report, transfer],
+            state_schema=SCHEMA,
+            checkpointer=cp,
+        )
+
+    async def collect_async(agent: Agent) -> list[Any]:
+        return [event async for event in agent.stream_async(user(), thread_id="t")]
+
+    expected = {
+        ev.RunStarted, ev.ModelChunk, ev.ModelReply, ev.ToolCallStarted, ev.ToolCallFinished, ev.StateChanged,
+        ev.CheckpointCommitted, ev.Interrupted, ev.CustomEvent, ev.RunFinished,
+    }  # fmt: skip
+    for events in (list(make_agent(InMemoryCheckpointer()).stream(user(), thread_id="t")),
+                   asyncio.run(collect_async(make_agent(InMemoryCheckpointer())))):  # fmt: skip
+        assert {type(event) for event in events} == expected
+        assert all(json.loads(json.dumps(event.to_dict()))["type"] == event.type for event in events)
+    # RunFailed: a run whose model fails
+    broken = Agent(ScriptedChatGenerator(script=[]), checkpointer=InMemoryCheckpointer())
+    seen: list[Any] = []
+    with pytest.raises(Exception, match="script is exhausted"):
+        seen.extend(broken.stream(user(), thread_id="u"))
+
+    async def failing() -> None:
+        async for event in broken.stream_async(user(), thread_id="v"):
+            seen.append(event)
+
+    with pytest.raises(Exception, match="script is exhausted"):
+        asyncio.run(failing())
+    assert sum(isinstance(event, ev.RunFailed) for event in seen) == 2
