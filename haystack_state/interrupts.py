@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,10 +105,9 @@ def current_scope() -> InterruptScope | None:
     return _SCOPE.get()
 
 
-@contextmanager
 def interrupt_scope(
     call_id: str | None, tool_name: str, answers: Sequence[Any] | None = None, *, source: str = "tool"
-) -> Iterator[InterruptScope]:
+) -> AbstractContextManager[InterruptScope]:
     """
     Make :func:`interrupt` work in the block, for one tool call: the k-th ``interrupt()`` in it returns
     ``answers[k]`` if there is one, and raises :class:`ToolInterrupt` otherwise. The tool runner opens one per call;
@@ -128,14 +127,25 @@ def interrupt_scope(
     :param tool_name: The tool.
     :param answers: The answers, in the order the block asks; None or empty for none.
     :param source: Where the scope is (``"tool"`` or ``"hook"``); the :class:`ToolInterrupt` carries it.
-    :returns: The scope (its ``asked`` counts the block's ``interrupt()`` calls).
+    :returns: A context manager yielding the scope (its ``asked`` counts the block's ``interrupt()`` calls).
     """
-    scope = InterruptScope(call_id, tool_name, tuple(answers) if answers else (), source)
-    token = _SCOPE.set(scope)
-    try:
-        yield scope
-    finally:
-        _SCOPE.reset(token)
+    return _Entered(InterruptScope(call_id, tool_name, tuple(answers) if answers else (), source))
+
+
+class _Entered:
+    """Makes a scope current for a block (a plain context manager: the runner opens one per tool call)."""
+
+    __slots__ = ("scope", "token")
+
+    def __init__(self, scope: InterruptScope) -> None:
+        self.scope = scope
+
+    def __enter__(self) -> InterruptScope:
+        self.token = _SCOPE.set(self.scope)
+        return self.scope
+
+    def __exit__(self, *exc_info: object) -> None:
+        _SCOPE.reset(self.token)
 
 
 def interrupt(value: Any = None) -> Any:

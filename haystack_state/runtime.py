@@ -74,7 +74,13 @@ class RunContext(Generic[T]):
 
     def at_step(self, step: int) -> RunContext[T]:
         """The same context at another step."""
-        return self if step == self.step else dataclasses.replace(self, step=step)
+        if step == self.step:
+            return self
+        # (a copy by hand: ``dataclasses.replace`` re-runs ``__init__`` and costs several times more, at every step)
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        object.__setattr__(clone, "step", step)
+        return clone
 
     # The context is shared, never copied: its deps are the live object by design. Copying returns the context
     # itself (so a Pipeline that deep-copies a component's inputs passes it through unchanged); pickling is refused,

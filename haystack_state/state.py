@@ -637,7 +637,10 @@ class StagedState(State):
 
     def __init__(self, parent: State) -> None:
         with parent._lock:
-            self._init(parent._specs)
+            # What _init sets, taken from the parent (a view is made per tool call: nothing is derived again).
+            self._specs = parent._specs
+            self._lock = threading.RLock()
+            self._journal = {}
             # The parent's values are shared, not copied: its lists only grow in place, so the first `length` items
             # of each are this view's snapshot. A list is copied only when this view reads or writes it.
             self._values = dict(parent._values)

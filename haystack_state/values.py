@@ -298,6 +298,18 @@ def _category(kind: type) -> int:
 
 def _freeze_dataclass(value: Any) -> Any:
     info = _dataclass_info(type(value))
+    if info.fast_copy:  # a plain class: work on a copy of its __dict__ (every message of a run comes this way)
+        attributes = value.__dict__.copy()
+        for name in info.fields:
+            inner = attributes.get(name, _UNSET)
+            if inner is _UNSET or type(inner) in _AS_IS:
+                continue
+            frozen = freeze(inner)
+            if frozen is not inner:
+                attributes[name] = frozen
+        clone = object.__new__(type(value))
+        object.__setattr__(clone, "__dict__", attributes)
+        return clone
     clone = _shallow_copy(value, info)
     for name in info.fields:
         inner = getattr(value, name, _UNSET)

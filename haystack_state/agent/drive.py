@@ -22,6 +22,7 @@ from haystack_state.agent.loop import (
     HookInterrupt,
     LoadField,
     RunControl,
+    RunHooks,
     RunTools,
 )
 from haystack_state.interrupts import ToolInterrupt, interrupt_scope
@@ -121,6 +122,8 @@ def execute(effect: Effect, effects: Effects) -> Any:
     :param effects: What executes it.
     :returns: Its result.
     """
+    if isinstance(effect, RunHooks) and effect.answers is None:  # the most frequent effect first
+        return [call_hook(hook, effect.point, effect.state) for hook in effect.hooks]
     if isinstance(effect, CallModel):
         return (effect.generator or effects.chat_generator).run(**effect.inputs)
     if isinstance(effect, RunTools):

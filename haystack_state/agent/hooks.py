@@ -23,11 +23,10 @@ from typing import Any
 
 from haystack.core.errors import SerializationError
 from haystack.core.serialization import component_to_dict, generate_qualified_class_name
-from haystack.tracing.tracer import is_tracing_enabled
 from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
 
-from haystack_state.agent.spans import NO_SPAN, span
+from haystack_state.agent.spans import NO_SPAN, span, tracing_enabled
 
 __all__ = [
     "HOOK_POINTS",
@@ -118,16 +117,29 @@ def hook_span(hook: Hook, point: str) -> Any:
     :param point: Its hook point.
     :returns: A context manager yielding the span.
     """
-    if not is_tracing_enabled():
+    if not tracing_enabled():
         return NO_SPAN
-    return span(
-        "haystack.agent.hook",
-        {
-            "haystack.agent.hook.point": point,
-            "haystack.agent.hook.name": hook_name(hook),
-            "haystack.agent.hook.type": generate_qualified_class_name(type(hook)),
-        },
-    )
+    return span("haystack.agent.hook", dict(_hook_tags(hook, point)))
+
+
+# A hook's span tags, by (hook, point): they are the same at every call. The hook is kept with them, so an id is
+# never reused while its entry lives.
+_HOOK_TAGS: dict[tuple[int, str], tuple[Hook, dict[str, str]]] = {}
+
+
+def _hook_tags(hook: Hook, point: str) -> dict[str, str]:
+    cached = _HOOK_TAGS.get((id(hook), point))
+    if cached is not None and cached[0] is hook:
+        return cached[1]
+    tags = {
+        "haystack.agent.hook.point": point,
+        "haystack.agent.hook.name": hook_name(hook),
+        "haystack.agent.hook.type": generate_qualified_class_name(type(hook)),
+    }
+    if len(_HOOK_TAGS) >= 1024:  # hooks made on the fly (one agent per request) must not pile up
+        _HOOK_TAGS.clear()
+    _HOOK_TAGS[(id(hook), point)] = (hook, tags)
+    return tags
 
 
 def wait(awaitable: Awaitable[Any]) -> Any:
@@ -163,6 +175,8 @@ def call_hook(hook: Hook, point: str, state: Any) -> Any:
     """
     with hook_span(hook, point):
         returned = hook.run(state) if is_hook_object(hook) else hook(state)
+        if returned is None or type(returned) is bool:  # what hooks return, and never awaitable
+            return returned
         return wait(returned) if inspect.isawaitable(returned) else returned
 
 

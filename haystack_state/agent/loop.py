@@ -22,7 +22,7 @@ import dataclasses
 import threading
 import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from haystack import logging
 from haystack.dataclasses import ChatMessage, ToolCall
@@ -30,7 +30,6 @@ from haystack.dataclasses.streaming_chunk import StreamingCallbackT
 from haystack.token_counters import TokenCounter
 from haystack.tools.tool import Tool
 from haystack.tools.toolset import Toolset
-from haystack.tracing.tracer import is_tracing_enabled
 
 from haystack_state.agent.context import (
     ContextPlan,
@@ -63,7 +62,7 @@ from haystack_state.agent.session import (
     plan_continuation,
     reset_run_scope,
 )
-from haystack_state.agent.spans import current_span, span
+from haystack_state.agent.spans import current_span, span, tracing_enabled
 from haystack_state.agent.toolbox import Toolbox
 from haystack_state.errors import AgentRunError, ThreadConflictError, ToolInvocationError
 from haystack_state.invocation.arguments import safe_tool_calls
@@ -149,7 +148,9 @@ def add_usage(total: Any, usage: Any) -> Any:
     :param usage: One reply's usage.
     :returns: The new total.
     """
-    if isinstance(total, Mapping) and isinstance(usage, Mapping):
+    if type(total) in _NUMBERS and type(usage) in _NUMBERS:
+        return total + usage
+    if _is_mapping(total) and _is_mapping(usage):
         result = dict(total)
         for key, value in usage.items():
             result[key] = add_usage(result[key], value) if key in result else copy.deepcopy(value)
@@ -157,6 +158,14 @@ def add_usage(total: Any, usage: Any) -> Any:
     if isinstance(total, int | float) and isinstance(usage, int | float):
         return total + usage
     return copy.deepcopy(usage)
+
+
+_NUMBERS = frozenset({int, float})
+
+
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    """``isinstance(value, Mapping)``, dicts first: they skip the ABC check (usage is read at every step)."""
+    return isinstance(value, (dict, Mapping))  # (the tuple checks dict first)
 
 
 def _first_number(usage: Mapping[str, Any], keys: Sequence[str]) -> int:
@@ -183,7 +192,7 @@ def context_tokens(usage: Mapping[str, Any]) -> int:
 # --- effects ---------------------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)  # (not frozen: made at every step, and a frozen init costs more)
 class CallModel:
     """Effect: call the chat generator (or ``generator``, such as a summarizer) with these inputs; send back its
     result dict."""
@@ -192,7 +201,7 @@ class CallModel:
     generator: Any = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)  # (not frozen: made at every step, and a frozen init costs more)
 class RunTools:
     """Effect: run the tool calls of these messages against the state (``hold`` ones not at all, ``answers`` for their
     ``interrupt()`` calls); send back the ``BatchOutcome``."""
@@ -207,7 +216,7 @@ class RunTools:
     on_call: Callable[[str, dict[str, Any]], None] | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)  # (not frozen: made at every step, and a frozen init costs more)
 class RunHooks:
     """Effect: run each hook with the state; send back their return values."""
 
@@ -227,7 +236,7 @@ class HookInterrupt:
     index: int
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)  # (not frozen: made at every step, and a frozen init costs more)
 class Commit:
     """Effect: commit what the state changed as a checkpoint of the thread; send back the checkpoint's record."""
 
@@ -441,7 +450,7 @@ class AgentRun:
         self.session = session
         self.hooks = config.hooks
         self.hook_points = frozenset(point for point, hooks in config.hooks.items() if hooks)
-        self.traced = is_tracing_enabled()
+        self.traced = tracing_enabled()
         self.planned: Continuation | None = None
         self.continuing = False
         self.pending: list[ToolCall] = []
@@ -721,10 +730,10 @@ class AgentRun:
         values = self.state.run_values
         for reply in replies:
             usage = reply.meta.get("usage")
-            if isinstance(usage, Mapping):
+            if _is_mapping(usage):
                 values["token_usage"] = add_usage(values["token_usage"], usage)
         last_usage = replies[-1].meta.get("usage") if replies else None
-        if isinstance(last_usage, Mapping) and (tokens := context_tokens(last_usage)):
+        if _is_mapping(last_usage) and (tokens := context_tokens(last_usage)):
             values["context_tokens"] = tokens
         elif self.config.context_policy is not None:  # no usage reported: what the policy had counted
             values["context_tokens"] = token_meter(self._counter()).total(sent, self.tools.model_tools)
@@ -1129,7 +1138,7 @@ class AgentRun:
             "haystack.agent.tools": self.tools.tools,
             "haystack.agent.exit_conditions": config.exit_conditions,
         }
-        if is_tracing_enabled():
+        if tracing_enabled():
             tags["haystack.agent.state_schema"] = schema_to_dict(config.schema)
         if self.session is not None:
             tags["haystack_state.thread_id"] = self.session.thread_id

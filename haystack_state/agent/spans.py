@@ -3,7 +3,9 @@ Tracing spans through ``haystack.tracing``, with haystack-ai's Agent span names,
 
 haystack's tracer wraps every span in two generator-based context managers even when tracing is disabled; an agent
 opens several spans per step, so :func:`span` hands out a shared no-op context manager instead whenever no tracer is
-enabled. With a tracer enabled (OpenTelemetry, Datadog, Langfuse's), it is ``tracer.trace(...)`` unchanged.
+enabled. With a tracer enabled (OpenTelemetry, Datadog, Langfuse's), the span is the enabled tracer's own
+``trace(...)``, called directly rather than through haystack's ``ProxyTracer`` (which only forwards it, in one more
+generator-based context manager per span).
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
-from haystack.tracing.tracer import NullSpan, Span, is_tracing_enabled, tracer
+from haystack.tracing.tracer import NullSpan, Span, tracer
 
-__all__ = ["NO_SPAN", "current_span", "span"]
+from haystack_state.invocation.spans import tracing_enabled
+
+__all__ = ["NO_SPAN", "current_span", "span", "tracing_enabled"]
 
 
 class _NoSpan:
@@ -43,11 +47,11 @@ def span(name: str, tags: dict[str, Any] | None = None, parent: Span | None = No
     :param parent: The parent span; the current one if None.
     :returns: A context manager yielding the span (a ``NullSpan`` when tracing is off).
     """
-    if not is_tracing_enabled():
+    if not tracing_enabled():
         return NO_SPAN
-    return tracer.trace(name, tags=tags, parent_span=parent)
+    return tracer.actual_tracer.trace(name, tags=tags, parent_span=parent)
 
 
 def current_span() -> Span | None:
     """The current span, or None when tracing is off."""
-    return tracer.current_span() if is_tracing_enabled() else None
+    return tracer.actual_tracer.current_span() if tracing_enabled() else None

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any, Literal
 
 from haystack import logging
@@ -227,24 +227,15 @@ class ToolBatch:
             outcome.value = await with_timeout(work, spec, timeout)
         return outcome.value
 
-    @contextmanager
-    def _scope(self, call: PlannedCall) -> Iterator[_Outcome]:
+    def _scope(self, call: PlannedCall) -> _CallScope:
         """
         Around one call (sync or async): its interrupt scope, its duration (when someone listens), and a call that
         stops at ``interrupt()`` turned into an ``Interrupted`` outcome.
         """
         assert call.spec is not None
         call_id = call.tool_call.id
-        outcome = _Outcome()
-        start = time.perf_counter() if self.on_call is not None else 0.0
-        try:
-            with interrupt_scope(call_id, call.spec.name, self.answers.get(call_id, ()) if call_id is not None else ()):
-                yield outcome
-        except ToolInterrupt as stop:
-            outcome.value = Interrupted(stop)
-        finally:
-            if self.on_call is not None:
-                self._durations[call.index] = time.perf_counter() - start
+        answers = self.answers.get(call_id, ()) if call_id is not None else ()
+        return _CallScope(self, call.index, interrupt_scope(call_id, call.spec.name, answers))
 
     def merge_ready(self) -> list[ChatMessage]:
         """
@@ -369,6 +360,36 @@ class _Outcome:
 
     def __init__(self) -> None:
         self.value: Any = None
+
+
+class _CallScope:
+    """The context manager of :meth:`ToolBatch._scope` (a class: one is opened per tool call)."""
+
+    __slots__ = ("batch", "index", "interrupts", "outcome", "start")
+
+    def __init__(self, batch: ToolBatch, index: int, interrupts: AbstractContextManager[Any]) -> None:
+        self.batch = batch
+        self.index = index
+        self.interrupts = interrupts
+        self.outcome = _Outcome()
+        self.start = 0.0
+
+    def __enter__(self) -> _Outcome:
+        if self.batch.on_call is not None:
+            self.start = time.perf_counter()
+        self.interrupts.__enter__()
+        return self.outcome
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        try:
+            self.interrupts.__exit__(exc_type, exc, tb)
+        finally:
+            if self.batch.on_call is not None:
+                self.batch._durations[self.index] = time.perf_counter() - self.start
+        if isinstance(exc, ToolInterrupt):
+            self.outcome.value = Interrupted(exc)
+            return True
+        return False
 
 
 def _invoke_sync(spec: ToolSpec, kwargs: dict[str, Any], timeout: float | None = None) -> Any:

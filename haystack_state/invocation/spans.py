@@ -14,16 +14,31 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from haystack.dataclasses import ToolCall
-from haystack.tracing.tracer import Span, is_tracing_enabled, tracer
+from haystack.tracing.tracer import NullTracer, Span, tracer
 
 from haystack_state.tools.spec import ToolSpec
 
-__all__ = ["TOOL_SPAN", "batch_parent", "traced_call", "traced_call_async"]
+__all__ = ["TOOL_SPAN", "batch_parent", "traced_call", "traced_call_async", "tracing_enabled"]
 
 T = TypeVar("T")
 
 #: haystack-ai's name for the span of one tool call.
 TOOL_SPAN = "haystack.agent.step.tool"
+
+
+_ENABLED: dict[type, bool] = {}
+
+
+def tracing_enabled() -> bool:
+    """
+    ``haystack.tracing.is_tracing_enabled()``, answered per tracer class from a cache: haystack's check is an ABC
+    ``isinstance``, and an agent asks several times a step.
+    """
+    kind = type(tracer.actual_tracer)
+    enabled = _ENABLED.get(kind)
+    if enabled is None:
+        enabled = _ENABLED[kind] = not issubclass(kind, NullTracer)
+    return enabled
 
 
 def batch_parent(parent_span: Span | None) -> tuple[bool, Span | None]:
@@ -33,7 +48,7 @@ def batch_parent(parent_span: Span | None) -> tuple[bool, Span | None]:
     :param parent_span: The parent given to the runner; the current span if None.
     :returns: ``(traced, parent)``; ``(False, None)`` when tracing is off.
     """
-    if not is_tracing_enabled():
+    if not tracing_enabled():
         return False, None
     return True, parent_span if parent_span is not None else tracer.current_span()
 
@@ -53,7 +68,7 @@ def traced_call(call: Callable[..., T], spec: ToolSpec, tool_call: ToolCall, par
     :param args: The arguments of ``call``.
     :returns: What ``call`` returns.
     """
-    with tracer.trace(TOOL_SPAN, tags=_tags(spec, tool_call), parent_span=parent) as span:
+    with tracer.actual_tracer.trace(TOOL_SPAN, tags=_tags(spec, tool_call), parent_span=parent) as span:
         span.set_content_tag("haystack.agent.step.tool.input", tool_call.arguments)
         try:
             result = call(*args)
@@ -75,7 +90,7 @@ async def traced_call_async(awaitable: Awaitable[T], spec: ToolSpec, tool_call: 
     :param parent: The parent span.
     :returns: Its result.
     """
-    with tracer.trace(TOOL_SPAN, tags=_tags(spec, tool_call), parent_span=parent) as span:
+    with tracer.actual_tracer.trace(TOOL_SPAN, tags=_tags(spec, tool_call), parent_span=parent) as span:
         span.set_content_tag("haystack.agent.step.tool.input", tool_call.arguments)
         try:
             result = await awaitable
