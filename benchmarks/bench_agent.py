@@ -19,7 +19,7 @@ Reports three things:
 - the per-step time with a hook at every point (haystack's ``TokenBudgetHook`` before each model call, a no-op
   ``@hook`` at the others), a tool that takes the State, and OpenTelemetry tracing on (haystack's
   ``OpenTelemetryTracer``; spans are made and ended, then dropped by the exporter), ours against haystack-ai's;
-- the cost of a step along one long run of ours with the hooks and the State-taking tool (tracing off), at steps
+- the cost of a step along a long run of ours with the hooks and the State-taking tool (tracing off; best of 3 runs), at steps
   10, 100, 1,000 and 5,000: it must not grow with the thread.
 
 Targets: ours at most one fifth of haystack-ai's per-step time in both settings (goal: one eighth); the step cost
@@ -329,20 +329,24 @@ class TimedReplayChatGenerator:
         return self._replay.run(messages, tools, streaming_callback)
 
 
-def step_costs(make_agent: Callable[[TimedReplayChatGenerator], Any], steps: int, at: list[int]) -> dict[int, float]:
+def step_costs(
+    make_agent: Callable[[TimedReplayChatGenerator], Any], steps: int, at: list[int], runs: int = 3
+) -> dict[int, float]:
     """
     The cost of a step at several points of one long run: the median time between consecutive model calls over a
-    window of 20 steps around each point (seconds).
+    window of 20 steps around each point (seconds), the lowest over ``runs`` runs (a burst of load on a shared
+    machine can slow one window of one run).
     """
-    generator = TimedReplayChatGenerator(script(steps))
-    agent = make_agent(generator)
-    gc.collect()
-    agent.run([ChatMessage.from_user("Count.")])
-    gaps = [b - a for a, b in itertools.pairwise(generator.starts)]
-    result = {}
-    for point in at:
-        window = gaps[max(0, point - 10) : point + 10]
-        result[point] = statistics.median(window)
+    result = dict.fromkeys(at, float("inf"))
+    for _ in range(runs):
+        generator = TimedReplayChatGenerator(script(steps))
+        agent = make_agent(generator)
+        gc.collect()
+        agent.run([ChatMessage.from_user("Count.")])
+        gaps = [b - a for a, b in itertools.pairwise(generator.starts)]
+        for point in at:
+            window = gaps[max(0, point - 10) : point + 10]
+            result[point] = min(result[point], statistics.median(window))
     return result
 
 
@@ -360,14 +364,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 100 steps, one repeat")
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default 1000; 100 with --quick)")
-    parser.add_argument("--repeat", type=int, default=None, help="runs per agent, best kept (default 5; 2 quick)")
+    parser.add_argument("--repeat", type=int, default=None, help="runs per agent, best kept (default 9; 2 quick)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of one run of our agent")
     parser.add_argument(
-        "--curve-steps", type=int, default=None, help="steps of the long run measuring step cost (default 5000)"
+        "--curve-steps", type=int, default=None, help="steps of the long run measuring step cost (default 5100)"
     )
     args = parser.parse_args(argv)
     steps = args.steps or (100 if args.quick else 1000)
-    repeat = args.repeat or (2 if args.quick else 5)
+    repeat = args.repeat or (2 if args.quick else 9)  # (best of 9: on a shared machine single runs vary by 2x)
     if steps < 2:
         parser.error("--steps must be at least 2")
 
@@ -428,10 +432,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  (the target, <= {TARGET_RATIO:.3f}, applies without a tracing backend's own cost; goal {GOAL_RATIO:.3f})")
     hooked_ratio = hooked_ratios[0]
 
-    curve_steps = args.curve_steps or (600 if args.quick else 5000)
+    curve_steps = args.curve_steps or (600 if args.quick else 5100)  # (past 5,000: step 5,000 has a window)
     points = [p for p in (10, 100, 1000, 5000) if p < curve_steps - 10]
     costs = step_costs(hooked_ours, curve_steps, points)
-    print(f"step cost along one {curve_steps}-step run (a hook at every point, a State-taking tool, tracing off):")
+    print(
+        f"step cost along a {curve_steps}-step run, best of 3 runs (a hook at every point, a State-taking tool, "
+        "tracing off):"
+    )
     for point, cost in costs.items():
         print(f"  step {point:5d}: {cost * 1e6:8.1f} us")
     flatness = max(costs.values()) / min(costs.values())
