@@ -19,8 +19,8 @@ Reports three things:
 - the per-step time with a hook at every point (haystack's ``TokenBudgetHook`` before each model call, a no-op
   ``@hook`` at the others), a tool that takes the State, and OpenTelemetry tracing on (haystack's
   ``OpenTelemetryTracer``; spans are made and ended, then dropped by the exporter), ours against haystack-ai's;
-- the cost of a step along a long run of ours with the hooks and the State-taking tool (tracing off; best of 3 runs), at steps
-  10, 100, 1,000 and 5,000: it must not grow with the thread.
+- the cost of a step along a long run of ours with the hooks and the State-taking tool (tracing off; best of 3
+  runs), at steps 10, 100, 1,000 and 5,000: it must not grow with the thread.
 
 Targets: ours at most one fifth of haystack-ai's per-step time in both settings (goal: one eighth); the step cost
 flat within 1.5x from step 10 to step 5,000.
