@@ -345,7 +345,7 @@ def result_to_string(result: Any) -> str:
     if isinstance(result, str):
         return result
     try:  # one pass: json encodes plain data itself and asks _json_default for the rest
-        return json.dumps(result, ensure_ascii=False, default=_json_default)
+        return _RESULT_ENCODER.encode(result)
     except Exception:
         pass
     try:  # e.g. keys json does not take (tuples): converted by to_jsonable
@@ -360,6 +360,10 @@ def _json_default(value: Any) -> Any:
     if converted is value:
         raise TypeError(f"{type(value).__name__} is not JSON serializable")
     return converted
+
+
+# One encoder for every result (``json.dumps`` with options builds a new one per call).
+_RESULT_ENCODER = json.JSONEncoder(ensure_ascii=False, default=_json_default)
 
 
 def _render(config: Mapping[str, Any], result: Any) -> Any:
