@@ -357,7 +357,12 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
                     del self._aconns[key]
                     connections.finish()
             found = self._aconns.get(id(loop))
-            if found is None or found.loop_gone():
+            if found is not None and found.loop() is not loop:
+                # A closed loop's connections, under the id a new loop now has (ids are reused once an object is
+                # freed): they are closed here, or they would be dropped open.
+                found.finish()
+                found = None
+            if found is None:
                 found = self._aconns[id(loop)] = _LoopConnections(self._dsn, self._max_connections, loop)
             return found
 

@@ -158,3 +158,39 @@ def test_a_commit_the_database_refuses_fails_alone_and_its_batch_still_applies(b
     with backend.make(cache_size=0) as fresh:
         for index, t in enumerate(threads):
             assert fresh.get(t).values == {"xs": [0] if index == 2 else [0, 1]}
+
+
+def test_a_closed_loops_connections_are_closed_when_a_new_loop_takes_its_id(backend: Harness) -> None:
+    """
+    Each ``asyncio.run`` is a new loop, which may get the id (the address) of a closed one: the checkpointer then
+    closes the closed loop's connections rather than dropping them open (a ``ResourceWarning`` at some later garbage
+    collection). The reuse of an id is up to the allocator, so the test gives the new loop's entry a closed loop.
+    """
+    if backend.name != "postgres":
+        pytest.skip("only the PostgreSQL checkpointer keeps connections per event loop")
+    import weakref
+
+    thread = _thread()
+    cp = backend.make()
+    head = cp.commit(thread, parent_id=None, expected_head=None, delta={"xs": extend([0])}, step=0, source="input")
+    closed = asyncio.new_event_loop()
+    closed.close()
+
+    async def main() -> None:
+        first = cp._async_connections()
+        conn = await first.get()
+        first.put(conn)
+        first.loop = weakref.ref(closed)  # what a closed loop's entry under this loop's id looks like
+        assert cp._async_connections() is not first
+        assert conn.closed  # closed, not dropped open
+        await cp.acommit(
+            thread,
+            parent_id=head.checkpoint_id,
+            expected_head=head.checkpoint_id,
+            delta={"xs": extend([1])},
+            step=1,
+            source="tools",
+        )
+
+    asyncio.run(main())
+    assert cp.get(thread).values == {"xs": [0, 1]}
