@@ -466,3 +466,56 @@ def test_every_event_type_streams_sync_and_async() -> None:
     with pytest.raises(Exception, match="script is exhausted"):
         asyncio.run(failing())
     assert sum(isinstance(event, ev.RunFailed) for event in seen) == 2
+
+
+# --- a streamed resume ---------------------------------------------------------------------------------------
+
+
+def test_a_resume_streams_its_events_sync_and_async(store: Harness) -> None:
+    cp = store.make()
+    agent = make([[("transfer", {"amount": 7})], [("transfer", {"amount": 8})], "done"], cp)
+    request = agent.run(user(), thread_id="t")["pending_interrupts"][0]
+
+    events = list(agent.stream([], thread_id="t", answers={request["id"]: True}))
+    kinds = [type(event).__name__ for event in events]
+    assert kinds[0] == "RunStarted" and kinds[-1] == "RunFinished"
+    started = [e for e in events if isinstance(e, ToolCallStarted)]
+    assert [(e.tool_name, e.call_id) for e in started] == [("transfer", "call_1")]  # the call runs again
+    (stop,) = [e for e in events if isinstance(e, Interrupted)]
+    (again,) = stop.requests
+    assert again["value"] == "Which reference?"
+    assert events[-1].outputs["exit_reason"] == "interrupted"  # type: ignore[attr-defined]
+
+    async def resume_async() -> list[Any]:
+        return [event async for event in agent.stream_async([], thread_id="t", answers={again["id"]: "R-7"})]
+
+    events = asyncio.run(resume_async())
+    finished = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert [(e.call_id, e.result) for e in finished][0] == ("call_1", "transferred 7 (R-7)")
+    # It went on past the resumed step: the model's next call is streamed too.
+    assert any(isinstance(e, ToolCallStarted) and e.call_id != "call_1" for e in events)
+    assert type(events[-1]).__name__ == "RunFinished"
+    assert agent.get_state("t").values["log"][0] == "transferred 7 (R-7)"
+
+
+def test_a_streamed_resume_is_refused_before_anything_runs(store: Harness) -> None:
+    cp = store.make()
+    agent = make([[("transfer", {"amount": 5})], "done"], cp)
+    request = agent.run(user(), thread_id="t")["pending_interrupts"][0]
+    before = cp.history("t")
+    head = agent.get_state("t").checkpoint.checkpoint_id
+    for kwargs, message in (
+        ({"messages": user("more")}, "Thread 't': a resume .* takes no new messages"),
+        ({"messages": [], "checkpoint_id": head}, "Thread 't': a resume continues the thread's head"),
+        ({"messages": [], "thread_id": None}, "decisions and answers resume an interrupted thread: give its thread_id"),
+    ):
+        call = {"thread_id": "t", "answers": {request["id"]: True}, **kwargs}
+        with pytest.raises(ValueError, match=message):
+            agent.stream(**call)
+        with pytest.raises(ValueError, match=message):
+            asyncio.run(anext(agent.stream_async(**call)))
+    with pytest.raises(ValueError, match=r"no decision or answer for pending request"):
+        list(agent.stream([], thread_id="t", answers={}))
+    assert cp.history("t") == before
+    final = list(agent.stream([], thread_id="t", answers={request["id"]: False}))[-1]
+    assert final.outputs["log"] == ["not transferred: 5"]  # type: ignore[attr-defined]

@@ -54,6 +54,33 @@ class RunOptions:
     answers: dict[str, Any] | None = None
 
 
+def check_resume(
+    messages: list[ChatMessage],
+    thread_id: str | None,
+    checkpoint_id: str | None,
+    decisions: dict[str, Any] | None,
+    answers: dict[str, Any] | None,
+) -> None:
+    """
+    A streamed resume (``decisions`` or ``answers`` given) continues an interrupted thread's head, as ``resume`` does.
+
+    :raises ValueError: If it has no ``thread_id``, new messages, or a ``checkpoint_id``.
+    """
+    if decisions is None and answers is None:
+        return
+    if thread_id is None:
+        raise ValueError("decisions and answers resume an interrupted thread: give its thread_id.")
+    if messages:
+        raise ValueError(
+            f"Thread '{thread_id}': a resume (decisions or answers) takes no new messages; resume, then send them."
+        )
+    if checkpoint_id is not None:
+        raise ValueError(
+            f"Thread '{thread_id}': a resume continues the thread's head; checkpoint_id '{checkpoint_id}' cannot be "
+            "given with decisions or answers."
+        )
+
+
 def runtime_tools(tools: ToolsArg | list[str] | None) -> list[Tool | Toolset]:
     """The tool objects given to a run (not names), which the run warms up."""
     if isinstance(tools, Toolset):
@@ -124,6 +151,8 @@ class StreamMethods:
         tools: ToolsArg | list[str] | None = None,
         hook_context: dict[str, Any] | None = None,
         context: Any = None,
+        decisions: dict[str, Any] | None = None,
+        answers: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Iterator[AgentEvent]:
         """
@@ -144,9 +173,13 @@ class StreamMethods:
         :param tools: The tools for this run.
         :param hook_context: Per-run resources for hooks.
         :param context: The run's dependencies (see :meth:`run`).
+        :param decisions: Resume the interrupted thread ``thread_id`` with these decisions, as :meth:`resume` takes
+            them (``messages`` empty): the resumed run's events are streamed.
+        :param answers: Resume it with these answers to ``interrupt()`` requests, as :meth:`resume` takes them.
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: An iterator of events.
         """
+        check_resume(messages, thread_id, checkpoint_id, decisions, answers)
         self.warm_up()
         warm_up_tools(runtime_tools(tools))
         events = _Handoff()
@@ -154,7 +187,15 @@ class StreamMethods:
         control = RunControl()
         control.gate = lambda: events.wait_taken(control)
         options = RunOptions(
-            streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context, context=context
+            streaming_callback,
+            thread_id,
+            checkpoint_id,
+            generation_kwargs,
+            tools,
+            hook_context,
+            decisions,
+            context,
+            answers,
         )
         request = self._prepare(messages, kwargs, options, is_async=False, sink=sink, control=control)
         session = self._open(options)
@@ -177,6 +218,8 @@ class StreamMethods:
         tools: ToolsArg | list[str] | None = None,
         hook_context: dict[str, Any] | None = None,
         context: Any = None,
+        decisions: dict[str, Any] | None = None,
+        answers: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[AgentEvent]:
         """
@@ -191,9 +234,13 @@ class StreamMethods:
         :param tools: The tools for this run.
         :param hook_context: Per-run resources for hooks.
         :param context: The run's dependencies (see :meth:`run`).
+        :param decisions: Resume the interrupted thread ``thread_id`` with these decisions, as :meth:`resume` takes
+            them (``messages`` empty): the resumed run's events are streamed.
+        :param answers: Resume it with these answers to ``interrupt()`` requests, as :meth:`resume` takes them.
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: An async iterator of events.
         """
+        check_resume(messages, thread_id, checkpoint_id, decisions, answers)
         await self.warm_up_async()
         await warm_up_tools_async(runtime_tools(tools))
         loop = asyncio.get_running_loop()
@@ -205,7 +252,15 @@ class StreamMethods:
         sink = EventSink(deliver, thread_id)
         control = RunControl()
         options = RunOptions(
-            streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context, context=context
+            streaming_callback,
+            thread_id,
+            checkpoint_id,
+            generation_kwargs,
+            tools,
+            hook_context,
+            decisions,
+            context,
+            answers,
         )
         request = self._prepare(messages, kwargs, options, is_async=True, sink=sink, control=control)
         session = await self._open_async(options)

@@ -41,7 +41,6 @@ __all__ = [
     "RunJob",
     "RunOutcome",
     "error_payload",
-    "resume_streams",
     "takes_answers",
 ]
 
@@ -119,11 +118,6 @@ def _parameters(method: Callable[..., Any]) -> set[str]:
 def takes_answers(agent: Agent) -> bool:
     """Whether ``agent.resume`` takes ``answers`` (in-tool interrupts)."""
     return "answers" in _parameters(agent.resume)
-
-
-def resume_streams(agent: Agent) -> bool:
-    """Whether ``agent.stream_async`` can resume an interrupted run (it takes ``decisions`` by name)."""
-    return "decisions" in _parameters(agent.stream_async)
 
 
 class RunExecutor(Protocol):
@@ -213,13 +207,6 @@ class AgentExecutor:
                 resume["decisions"] = job.decisions
             if job.answers is not None:
                 resume["answers"] = job.answers
-            if not resume_streams(agent):
-                # This Agent resumes without events: the run streams its end only.
-                head = await agent.get_state_async(thread_id)
-                translator.started, translator.started_from = True, head.checkpoint.checkpoint_id
-                started.set()
-                await agent.resume_async(thread_id, **resume)
-                return
             events = agent.stream_async([], thread_id=thread_id, **resume)
         else:
             events = agent.stream_async(
