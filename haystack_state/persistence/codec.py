@@ -317,12 +317,50 @@ def _decode_items(items: list[Any]) -> list[Any]:
     return out
 
 
+_JSON_SCALARS = frozenset({str, int, bool, float, type(None)})
+
+
+def _decode_owned(data: Any) -> Any:
+    """
+    :func:`_decode` for freshly parsed data that no one else holds: its dicts and lists are decoded in place and
+    become parts of the value (only tagged objects are replaced), so plain data costs one walk and no copy.
+    """
+    cls = type(data)
+    if cls is list:
+        for index, item in enumerate(data):
+            if type(item) in _JSON_SCALARS:
+                continue
+            try:
+                decoded = _decode_owned(item)
+            except _Failure as failure:
+                raise failure.at(f"[{index}]") from None
+            if decoded is not item:
+                data[index] = decoded
+        return data
+    if cls is dict:
+        if TYPE_KEY in data:
+            return _decode_tagged(data, _decode_owned)
+        for key, item in data.items():
+            if type(item) in _JSON_SCALARS:
+                continue
+            try:
+                decoded = _decode_owned(item)
+            except _Failure as failure:
+                raise failure.at(_key_segment(key)) from None
+            if decoded is not item:
+                data[key] = decoded  # (a value replaced while iterating: the dict does not change size)
+        return data
+    if cls in _JSON_SCALARS:
+        return data
+    raise _Failure(f"found a {cls.__qualname__} at {{path}}, which is not JSON data.")
+
+
 def _short(text: Any) -> str:
     shown = repr(text)
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
-def _decode_tagged(tagged: dict[str, Any]) -> Any:
+def _decode_tagged(tagged: dict[str, Any], decode_data: Callable[[Any], Any] = _decode) -> Any:
     name = tagged[TYPE_KEY]
     if set(tagged) != {TYPE_KEY, DATA_KEY} or not isinstance(name, str):
         raise _Failure(f"malformed tagged object at {{path}}: expected keys '{TYPE_KEY}' and '{DATA_KEY}'.")
@@ -336,7 +374,7 @@ def _decode_tagged(tagged: dict[str, Any]) -> Any:
             raise _Failure(f"invalid stored {name} at {{path}}: {type(error).__name__}: {error}") from None
     if name == _CHAT_MESSAGE:
         try:
-            message = decode_chat_message(data, _decode, False)
+            message = decode_chat_message(data, decode_data, False)
         except _Failure:
             message = None  # the general path reports it
         if message is not None:
@@ -440,7 +478,9 @@ def _decode_frozen(data: Any) -> Any:
     raise _Failure("not JSON data")
 
 
-def decode(data: Any, *, key: str | None = None, where: str | None = None, frozen: bool = False) -> Any:
+def decode(
+    data: Any, *, key: str | None = None, where: str | None = None, frozen: bool = False, owned: bool = False
+) -> Any:
     """
     Turn data produced by :func:`encode` (or parsed from stored JSON) back into a value.
 
@@ -450,6 +490,8 @@ def decode(data: Any, *, key: str | None = None, where: str | None = None, froze
     :param frozen: Build the value read-only, as :func:`haystack_state.values.freeze` gives it (for a State or the
         head cache), instead of decoding it and then freezing a copy. ``data`` must then be owned by no one else
         (freshly parsed): its dicts and lists may become parts of the value.
+    :param owned: ``data`` is owned by no one else (freshly parsed): it is decoded in place, its dicts and lists
+        becoming parts of the value, instead of copied. Implied by ``frozen``.
     :returns: The value.
     :raises CodecError: If the data names a type outside the allowlist, or is malformed. The message names the state
         key, the path and the stored type name. Nothing is imported, whatever the data says.
@@ -461,7 +503,7 @@ def decode(data: Any, *, key: str | None = None, where: str | None = None, froze
             pass
     prefix, root = _root(key, where)
     try:
-        value = _decode(data)
+        value = _decode_owned(data) if owned and not frozen else _decode(data)
     except _Failure as failure:
         message = failure.reason.replace("{path}", failure.path(root), 1)
         raise CodecError(f"{prefix}cannot decode stored value: {message}") from None

@@ -41,9 +41,9 @@ def decode_op_values(op: Mapping[str, Any], key: str, *, frozen: bool = False) -
         items = op.get("items")
         if frozen and type(items) is list:
             return {"op": "extend", "items": [decode(item, key=key, frozen=True) for item in items]}
-        return {"op": "extend", "items": decode(items, key=key)}
+        return {"op": "extend", "items": decode(items, key=key, owned=True)}
     if op["op"] == "replace":
-        return {"op": "replace", "value": decode(op.get("value"), key=key, frozen=frozen)}
+        return {"op": "replace", "value": decode(op.get("value"), key=key, frozen=frozen, owned=True)}
     return {"op": "delete"}
 
 
@@ -154,7 +154,7 @@ class StateReader:
     ) -> Flow[dict[str, Any]]:
         try:
             with paused_gc():
-                return {key: decode(value, key=key, frozen=frozen) for key, value in state.items()}
+                return {key: decode(value, key=key, frozen=frozen, owned=True) for key, value in state.items()}
         except CodecError as error:
             culprit = yield from self._find_unreadable(row)
             raise corrupt_error(row.thread_id, culprit, error) from None

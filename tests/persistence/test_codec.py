@@ -522,3 +522,31 @@ def test_every_builtin_tag_is_reserved() -> None:
     samples += [dt.date(2020, 1, 1), dt.time(1), dt.timedelta(1), decimal.Decimal(1), uuid.UUID(int=1)]
     samples += [collections.Counter(), collections.OrderedDict(), collections.defaultdict(list), collections.deque()]
     assert {encode(sample)["__type__"] for sample in samples} == BUILTIN_TAGS
+
+
+# --- decoding freshly parsed data in place (owned=True, what cold reads do) -------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(values)
+def test_owned_decoding_gives_the_same_values(value: Any) -> None:
+    text = dumps(value)
+    assert same(decode(json.loads(text), owned=True), value)
+    assert same(decode(json.loads(text), owned=True), decode(json.loads(text)))
+
+
+@pytest.mark.parametrize("value", HAYSTACK_VALUES, ids=lambda v: type(v).__name__)
+def test_owned_decoding_of_haystack_values(value: Any) -> None:
+    decoded = decode(json.loads(dumps(value)), owned=True)
+    assert type(decoded) is type(value) and decoded == value
+
+
+def test_owned_decoding_reuses_the_parsed_containers_and_names_a_bad_path() -> None:
+    data = json.loads(dumps({"plain": {"a": [1, 2]}, "tagged": [(1, 2)]}))
+    plain = data["plain"]
+    decoded = decode(data, owned=True)
+    assert decoded["plain"] is plain  # plain data is not copied
+    assert decoded["tagged"] == [(1, 2)]
+    bad = {"items": [1, {"meta": {"x": {"__type__": "evil.Thing", "data": 1}}}]}
+    with pytest.raises(CodecError, match=r"'evil\.Thing' at state\['items'\]\[1\]\['meta'\]\['x'\]"):
+        decode(bad, key="state", owned=True)
