@@ -491,7 +491,7 @@ def test_a_resume_streams_its_events_sync_and_async(store: Harness) -> None:
 
     events = asyncio.run(resume_async())
     finished = [e for e in events if isinstance(e, ToolCallFinished)]
-    assert [(e.call_id, e.result) for e in finished][0] == ("call_1", "transferred 7 (R-7)")
+    assert next((e.call_id, e.result) for e in finished) == ("call_1", "transferred 7 (R-7)")
     # It went on past the resumed step: the model's next call is streamed too.
     assert any(isinstance(e, ToolCallStarted) and e.call_id != "call_1" for e in events)
     assert type(events[-1]).__name__ == "RunFinished"
