@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
 
         measure("ours, PostgreSQL", with_checkpointer(make_postgres))
     if not args.no_langgraph and "StateGraph" not in globals():
-        print("LangGraph: skipped (langgraph is not installed: pip install -e '.[bench]' langgraph)")
+        print("LangGraph: skipped (langgraph is not installed: pip install -e '.[bench]')")
     elif not args.no_langgraph:
         from contextlib import asynccontextmanager
 
