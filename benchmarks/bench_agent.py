@@ -19,7 +19,7 @@ Reports three things:
 - the per-step time with a hook at every point (haystack's ``TokenBudgetHook`` before each model call, a no-op
   ``@hook`` at the others), a tool that takes the State, and OpenTelemetry tracing on (haystack's
   ``OpenTelemetryTracer``; spans are made and ended, then dropped by the exporter), ours against haystack-ai's;
-- the cost of a step along a long run of ours with the hooks and the State-taking tool (tracing off; best of 3
+- the cost of a step along a long run of ours with the hooks and the State-taking tool (tracing off; best of 5
   runs), at steps 10, 100, 1,000 and 5,000: it must not grow with the thread.
 
 Targets: ours at most one fifth of haystack-ai's per-step time in both settings (goal: one eighth); the step cost
@@ -330,7 +330,7 @@ class TimedReplayChatGenerator:
 
 
 def step_costs(
-    make_agent: Callable[[TimedReplayChatGenerator], Any], steps: int, at: list[int], runs: int = 3
+    make_agent: Callable[[TimedReplayChatGenerator], Any], steps: int, at: list[int], runs: int = 5
 ) -> dict[int, float]:
     """
     The cost of a step at several points of one long run: the median time between consecutive model calls over a
@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     points = [p for p in (10, 100, 1000, 5000) if p < curve_steps - 10]
     costs = step_costs(hooked_ours, curve_steps, points)
     print(
-        f"step cost along a {curve_steps}-step run, best of 3 runs (a hook at every point, a State-taking tool, "
+        f"step cost along a {curve_steps}-step run, best of 5 runs (a hook at every point, a State-taking tool, "
         "tracing off):"
     )
     for point, cost in costs.items():
