@@ -197,11 +197,11 @@ def state_json(values: Mapping[str, Any]) -> str:
             for index, item in enumerate(value):
                 if index:
                     parts.append(",")
-                parts.append(to_json(encode(item, key=key)))
+                parts.append(to_json(encode(item, key=key, compact=True)))
             parts.append("]")
         else:
             parts.append(":")
-            parts.append(to_json(encode(value, key=key)))
+            parts.append(to_json(encode(value, key=key, compact=True)))
     parts.append("}")
     return "".join(parts)  # joined once: the pieces and the text are the only copies
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import contextvars
 import datetime as dt
 import decimal
 import enum
@@ -30,7 +31,11 @@ from typing import Any
 from haystack.dataclasses import ChatMessage
 
 from haystack_state.errors import CodecError
-from haystack_state.persistence.message_codec import decode_chat_message, encode_chat_message
+from haystack_state.persistence.message_codec import (
+    decode_chat_message,
+    encode_chat_message,
+    encode_chat_message_compact,
+)
 from haystack_state.persistence.registry import BUILTIN_TAGS, adapter_for_class, adapter_for_name
 from haystack_state.runtime import RunContext
 from haystack_state.values import SCALARS, FrozenDict, freeze, frozen_dict, frozen_list
@@ -38,6 +43,8 @@ from haystack_state.values import SCALARS, FrozenDict, freeze, frozen_dict, froz
 TYPE_KEY = "__type__"
 DATA_KEY = "data"
 _CHAT_MESSAGE = "haystack.ChatMessage"
+# Whether this encoding stores messages in their compact form (checkpoints do; see message_codec).
+_COMPACT: contextvars.ContextVar[bool] = contextvars.ContextVar("haystack_state_compact_messages", default=False)
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _REGISTER_HINT = "a dataclass, a pydantic model, an Enum, a NamedTuple or a class with to_dict()/from_dict()"
@@ -128,7 +135,7 @@ def _encode(value: Any) -> Any:
         return _encode_dict(value, _key_segment)
     if cls is ChatMessage:
         try:
-            data = encode_chat_message(value, _encode)
+            data = (encode_chat_message_compact if _COMPACT.get() else encode_chat_message)(value, _encode)
         except _Failure:
             data = None  # the general path reports it, with the path inside the message
         if data is not None:
@@ -260,7 +267,7 @@ def _root(key: str | None, where: str | None) -> tuple[str, str]:
     return "", where or "value"
 
 
-def encode(value: Any, *, key: str | None = None, where: str | None = None) -> Any:
+def encode(value: Any, *, key: str | None = None, where: str | None = None, compact: bool = False) -> Any:
     """
     Turn a value into JSON-compatible data (dicts with string keys, lists, strings, numbers, booleans, None).
 
@@ -271,11 +278,15 @@ def encode(value: Any, *, key: str | None = None, where: str | None = None) -> A
     :param value: The value to encode.
     :param key: The state key the value belongs to; named in error messages and used as the root of the path.
     :param where: The root of the path in error messages when there is no state key (default ``"value"``).
+    :param compact: Store chat messages in their compact form (an array; see
+        :mod:`~haystack_state.persistence.message_codec`), as checkpoints do, instead of ``to_dict``'s shape. Both
+        decode alike.
     :returns: JSON-compatible data; :func:`decode` turns it back into an equal value.
     :raises CodecError: If some part of the value cannot be encoded. The message names the state key, the path to
         the part (such as ``documents[3].meta['x']``) and its type.
     """
     prefix, root = _root(key, where)
+    token = _COMPACT.set(True) if compact else None
     try:
         return _encode(value)
     except _Failure as failure:
@@ -283,6 +294,9 @@ def encode(value: Any, *, key: str | None = None, where: str | None = None) -> A
         raise CodecError(prefix + message if prefix else message[:1].upper() + message[1:]) from None
     except RecursionError:
         raise CodecError(f"{prefix}cannot encode {root}: it is nested too deeply or contains itself.") from None
+    finally:
+        if token is not None:
+            _COMPACT.reset(token)
 
 
 # --- decoding ----------------------------------------------------------------------------------------------------

@@ -99,9 +99,9 @@ def encode_delta(delta: Delta) -> dict[str, dict[str, Any]]:
     encoded: dict[str, dict[str, Any]] = {}
     for key, op in delta.items():
         if op["op"] == "extend":
-            encoded[key] = {"op": "extend", "items": encode(list(op["items"]), key=key)}
+            encoded[key] = {"op": "extend", "items": encode(list(op["items"]), key=key, compact=True)}
         elif op["op"] == "replace":
-            encoded[key] = {"op": "replace", "value": encode(op["value"], key=key)}
+            encoded[key] = {"op": "replace", "value": encode(op["value"], key=key, compact=True)}
         else:
             encoded[key] = {"op": "delete"}
     return encoded

@@ -171,3 +171,77 @@ def test_a_state_built_from_a_read_only_checkpoint_holds_each_message_once(tmp_p
         assert mine[0] == reader.get("t").values["messages"][0]
         assert mine[0] is not reader.get("t", read_only=True).values["messages"][0]  # a reader's copy, not the cache's
         assert len(state.get("messages")) == 80
+
+
+# --- the compact form checkpoints store ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("message", _messages(), ids=lambda m: m.text or (m.tool_call.id if m.tool_call else "x"))
+def test_the_compact_form_reads_back_as_from_dict_and_freeze_give(message: ChatMessage) -> None:
+    stored = encode(message, compact=True)
+    expected = ChatMessage.from_dict(codec._decode_object_data(from_json(to_json(encode(message)))["data"]))
+    assert _shape(decode(from_json(to_json(stored)))) == _shape(expected)
+    assert _shape(decode(from_json(to_json(stored)), owned=True)) == _shape(expected)
+    frozen = decode(from_json(to_json(stored)), frozen=True)
+    assert _shape(frozen) == _shape(state_values.freeze(expected))
+    assert to_json(encode(frozen, compact=True)) == to_json(stored)  # a State's read-only message stores the same
+    assert to_json(encode(frozen)) == to_json(encode(message))  # and without compact=True, to_dict's shape
+
+
+def test_the_usual_messages_are_stored_compact_and_the_others_as_to_dict() -> None:
+    messages = _messages()
+    compact = [*messages[:11], messages[16]]  # any meta (encoded by the codec), plain arguments, text and tool parts
+    for message in compact:
+        data = encode(message, compact=True)["data"]
+        assert isinstance(data, list) and len(data) == 4
+    assert encode(messages[0], compact=True)["data"] == ["user", None, {}, ["hello"]]
+    assert encode(messages[6], compact=True)["data"][3] == [
+        ["r", "the result", ["search", {"query": "q", "page": 3, "tags": ["a", {"b": [1, 2.5]}]}, "c1", None], False]
+    ]
+    for message in messages[11:16]:  # arguments that are not plain JSON, images, reasoning: to_dict's shape
+        assert encode(message, compact=True) == encode(message)
+    # The flag is the call's own: encoding in between (say an event's JSON form) keeps to_dict's shape.
+    assert isinstance(encode(messages[0])["data"], dict)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        ["user", None, {}],
+        ["nobody", None, {}, ["x"]],
+        ["user", None, {}, "not a list"],
+        ["user", None, {}, [["c", "t", {}, "id"]]],
+        ["tool", None, {}, [["r", "result", ["t", {}, "id"], "not a bool"]]],
+        ["tool", None, {}, [["r", 5, ["t", {}, "id", None], False]]],
+        ["user", None, {}, [["x", 1]]],
+        ["user", None, {}, [7]],
+    ],
+)
+def test_a_malformed_compact_message_is_a_codec_error(data: list[Any]) -> None:
+    stored = to_json({"__type__": "haystack.ChatMessage", "data": data})
+    with pytest.raises(ValueError, match=r"haystack\.ChatMessage"):
+        decode(from_json(stored))
+    with pytest.raises(ValueError, match=r"haystack\.ChatMessage"):
+        decode(from_json(stored), frozen=True)
+
+
+def test_a_checkpoint_stores_its_messages_compact_and_reads_old_rows(tmp_path: Any) -> None:
+    import sqlite3
+
+    from haystack_state.persistence import SQLiteCheckpointer, extend
+
+    path = tmp_path / "t.db"
+    messages = [ChatMessage.from_user("hi"), ChatMessage.from_tool("r", origin=CALL)]
+    with SQLiteCheckpointer(path) as cp:
+        cp.commit("t", parent_id=None, expected_head=None, delta={"messages": extend(messages)}, step=0, source="input")
+    conn = sqlite3.connect(path)
+    (delta,) = conn.execute("SELECT delta FROM haystack_state_checkpoints").fetchone()
+    items = json.loads(delta)["messages"]["items"]
+    assert [item["data"][3] for item in items] == [["hi"], [["r", "r", ["search", CALL.arguments, "c1", None], False]]]
+    # A row written before the compact form (to_dict's shape) reads the same.
+    old = to_json({"messages": {"op": "extend", "items": [_general_encoding(m) for m in messages]}})
+    conn.execute("UPDATE haystack_state_checkpoints SET delta = ?", (old,))
+    conn.commit()
+    conn.close()
+    with SQLiteCheckpointer(path) as cp:
+        assert cp.get("t").values["messages"] == messages
