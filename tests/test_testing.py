@@ -522,6 +522,42 @@ def test_each_call_records_its_size_in_tokens(add_tool: Tool) -> None:
     assert dense.calls[0].tokens > 3 * counter.count(messages)
 
 
+def test_a_growing_conversation_is_counted_as_a_whole_recount_would(add_tool: Tool) -> None:
+    """Only the new messages of a list sent again are counted, and any other list (or a rewrite) is counted whole."""
+
+    from haystack_state.agent.context.tokens import token_meter
+
+    counter = ApproximateTokenCounter()
+    meter = token_meter(counter)
+    visited: list[ChatMessage] = []
+    measure = meter.message
+
+    def message(m: ChatMessage) -> int:
+        visited.append(m)
+        return measure(m)
+
+    meter.message = message  # type: ignore[method-assign]
+    generator = ScriptedChatGenerator(script=["r"] * 8, token_counter=counter)
+    conversation = [ChatMessage.from_user("start")]
+    for turn in range(4):  # as an Agent does: the same list, extended
+        generator.run(conversation, tools=[add_tool])
+        conversation.extend([ChatMessage.from_assistant(f"a{turn}"), ChatMessage.from_user("u" * (turn + 1) * 50)])
+    assert len(visited) == 7  # each message once over the 4 calls, not 1 + 3 + 5 + 7 times
+    whole = ApproximateTokenCounter()
+
+    def recount(messages: list[ChatMessage]) -> int:  # each message on its own, as the generator counts
+        return sum(whole.count([m]) for m in messages) + whole.count([], [add_tool])
+
+    for call in generator.calls:
+        assert call.tokens == recount(call.messages)
+    # Rewritten in place (its last counted message replaced), and a fresh list: counted whole.
+    conversation[-1] = ChatMessage.from_user("rewritten " * 40)
+    generator.run(conversation, tools=[add_tool])
+    generator.run(list(conversation[:3]), tools=[add_tool])
+    for call in generator.calls[-2:]:
+        assert call.tokens == recount(call.messages)
+
+
 def test_record_and_the_token_counter_round_trip() -> None:
     generator = ScriptedChatGenerator(
         script=["a"], record=7, token_counter=ApproximateTokenCounter(chars_per_token=2.5)

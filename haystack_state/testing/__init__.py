@@ -148,6 +148,8 @@ class ScriptedChatGenerator:
         self._position = 0
         self._next_call_id = 1
         self._lock = threading.Lock()
+        # The last conversation counted: (the list, its length then, its first and last message then, their tokens).
+        self._tally: tuple[list[ChatMessage], int, ChatMessage, ChatMessage, int] | None = None
 
     @classmethod
     def summarizer(cls, *, model: str = "scripted-summarizer", **kwargs: Any) -> "ScriptedChatGenerator":
@@ -270,6 +272,26 @@ class ScriptedChatGenerator:
 
     # --- internals ----------------------------------------------------------------------------------
 
+    def _conversation_tokens(self, meter: Any, msgs: list[ChatMessage]) -> int:
+        """
+        The tokens of the conversation. An Agent sends the same list again at each step, extended (a new list when
+        its messages were rewritten): then only the new messages are counted, so a long run costs no sum over the
+        whole conversation per call.
+        """
+        tally = self._tally
+        if (
+            tally is not None
+            and msgs is tally[0]
+            and len(msgs) >= tally[1] > 0
+            and msgs[0] is tally[2]
+            and msgs[tally[1] - 1] is tally[3]
+        ):
+            tokens = tally[4] + meter.messages(msgs[tally[1] :])
+        else:
+            tokens = meter.messages(msgs)
+        self._tally = (msgs, len(msgs), msgs[0], msgs[-1], tokens) if msgs else None
+        return int(tokens)
+
     def _respond(
         self,
         messages: list[ChatMessage] | str,
@@ -283,7 +305,8 @@ class ScriptedChatGenerator:
         else:
             msgs = messages if isinstance(messages, list) else list(messages)
         flat = flatten_tools_or_toolsets(list(tools) if isinstance(tools, Sequence) else tools)
-        tokens = token_meter(self.token_counter or APPROXIMATE_COUNTER).total(msgs, flat)
+        meter = token_meter(self.token_counter or APPROXIMATE_COUNTER)
+        tokens = self._conversation_tokens(meter, msgs) + meter.tools(flat)
         with self._lock:
             self.call_count += 1
             # A copy: an Agent keeps extending the list it sends (as haystack-ai's does), so the list itself would
