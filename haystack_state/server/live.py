@@ -34,6 +34,9 @@ class LiveRun:
         #: Whether a follower in another process asked for the events, and how many are written to the database.
         self.relay = False
         self.relayed = 0
+        #: Held while events are written to the database: the worker's poll and the run's end both write them, and
+        #: two writes of the same events would collide on their numbers.
+        self.relaying = asyncio.Lock()
         self._new = asyncio.Event()
 
     def cancel(self, action: str) -> None:

@@ -340,14 +340,15 @@ class RunManager:
                 await self._flush(live)
 
     async def _flush(self, live: LiveRun) -> None:
-        """Write a followed run's new events to the database."""
-        events = live.events[live.relayed :]
-        if not events:
-            return
-        first = live.relayed
-        rows = [(name, json.dumps(data, ensure_ascii=False, separators=(",", ":"))) for name, data in events]
-        await self.db(lambda: self.storage.relay_events(live.run_id, first, rows), write=True)
-        live.relayed = first + len(rows)
+        """Write a followed run's new events to the database (one writer at a time: see ``LiveRun.relaying``)."""
+        async with live.relaying:
+            events = live.events[live.relayed :]
+            if not events:
+                return
+            first = live.relayed
+            rows = [(name, json.dumps(data, ensure_ascii=False, separators=(",", ":"))) for name, data in events]
+            await self.db(lambda: self.storage.relay_events(live.run_id, first, rows), write=True)
+            live.relayed = first + len(rows)
 
     async def _maintain(self) -> None:
         running = [run_id for run_id in self._tasks if run_id in self._live]
