@@ -353,7 +353,7 @@ def _decode_owned(data: Any) -> Any:
         return data
     if cls is dict:
         if TYPE_KEY in data:
-            return _decode_tagged(data, _decode_owned)
+            return _decode_tagged(data)
         for key, item in data.items():
             if type(item) in _JSON_SCALARS:
                 continue
@@ -374,7 +374,7 @@ def _short(text: Any) -> str:
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
-def _decode_tagged(tagged: dict[str, Any], decode_data: Callable[[Any], Any] = _decode) -> Any:
+def _decode_tagged(tagged: dict[str, Any]) -> Any:
     name = tagged[TYPE_KEY]
     if set(tagged) != {TYPE_KEY, DATA_KEY} or not isinstance(name, str):
         raise _Failure(f"malformed tagged object at {{path}}: expected keys '{TYPE_KEY}' and '{DATA_KEY}'.")
@@ -388,7 +388,9 @@ def _decode_tagged(tagged: dict[str, Any], decode_data: Callable[[Any], Any] = _
             raise _Failure(f"invalid stored {name} at {{path}}: {type(error).__name__}: {error}") from None
     if name == _CHAT_MESSAGE:
         try:
-            message = decode_chat_message(data, decode_data, False)
+            # (copying, even for owned data: a message the fast path gives up on halfway goes to the general path,
+            # which must find the data as it was)
+            message = decode_chat_message(data, _decode, False)
         except _Failure:
             message = None  # the general path reports it
         if message is not None:

@@ -550,3 +550,12 @@ def test_owned_decoding_reuses_the_parsed_containers_and_names_a_bad_path() -> N
     bad = {"items": [1, {"meta": {"x": {"__type__": "evil.Thing", "data": 1}}}]}
     with pytest.raises(CodecError, match=r"'evil\.Thing' at state\['items'\]\[1\]\['meta'\]\['x'\]"):
         decode(bad, key="state", owned=True)
+
+
+def test_owned_decoding_of_a_message_the_fast_path_gives_up_on_halfway() -> None:
+    # Its tool call (with a tuple argument) is read before its image part, which the fast path does not cover: the
+    # general path then reads the stored data as it was, not as the fast path left it.
+    call = ToolCall(tool_name="t", arguments={"when": (1, 2)}, id="c1")
+    message = ChatMessage(_role=ChatRole.ASSISTANT, _content=[call, ImageContent(base64_image=PNG)])
+    decoded = decode(json.loads(dumps(message)), owned=True)
+    assert decoded == message and decoded.tool_calls[0].arguments == {"when": (1, 2)}
