@@ -55,6 +55,7 @@ def _plain(value: Any) -> bool:
 
 
 def _tool_call_data(call: Any) -> dict[str, Any] | None:
+    """A tool call's ``to_dict`` data (its values in the compact form's row order), or None if not plain JSON."""
     fields = call.__dict__
     if not _TOOL_CALL_KEYS.issubset(fields):
         return None
@@ -79,31 +80,24 @@ def _plain_copy(value: Any) -> Any:
     return value
 
 
-def encode_chat_message(message: Any, encode: Callable[[Any], Any]) -> dict[str, Any] | None:
+def _encode_parts(content: Any, compact: bool) -> list[Any] | None:
     """
-    The encoded data of ``message.to_dict()``, built without ``dataclasses.asdict``.
-
-    :param message: A ``ChatMessage`` (exactly).
-    :param encode: The codec's encoder, for the message's ``meta`` and ``name``.
-    :returns: The data, or None if the message holds something the fast path does not cover.
+    A message's content parts as stored: ``to_dict``'s objects, or the compact form (see the module docstring).
+    None if a part is one the fast paths do not cover.
     """
-    fields = message.__dict__
-    role = fields.get("_role")
-    if type(role) is not ChatRole or type(fields.get("_content")) not in _CONTENT_LISTS:
-        return None
-    parts: list[dict[str, Any]] = []
-    for part in fields["_content"]:
+    parts: list[Any] = []
+    for part in content:
         kind = type(part)
         if kind is TextContent:
             text = part.__dict__.get("text")
             if type(text) is not str:
                 return None
-            parts.append({"text": text})
+            parts.append(text if compact else {"text": text})
         elif kind is ToolCall:
             call = _tool_call_data(part)
             if call is None:
                 return None
-            parts.append({"tool_call": call})
+            parts.append(["c", *call.values()] if compact else {"tool_call": call})
         elif kind is ToolCallResult:
             result = part.__dict__
             origin, error = result.get("origin"), result.get("error")
@@ -112,22 +106,39 @@ def encode_chat_message(message: Any, encode: Callable[[Any], Any]) -> dict[str,
             call = _tool_call_data(origin)
             if call is None:
                 return None
-            parts.append({"tool_call_result": {"result": result["result"], "origin": call, "error": error}})
+            if compact:
+                parts.append(["r", result["result"], list(call.values()), error])
+            else:
+                parts.append({"tool_call_result": {"result": result["result"], "origin": call, "error": error}})
         else:
             return None
-    return {
-        "role": role.value,
-        "meta": encode(fields.get("_meta")),
-        "name": encode(fields.get("_name")),
-        "content": parts,
-    }
+    return parts
 
 
-def _call_row(call: Any) -> list[Any] | None:
-    data = _tool_call_data(call)
-    if data is None:
+def _encode_message(message: Any, encode: Callable[[Any], Any], compact: bool) -> Any:
+    fields = message.__dict__
+    role = fields.get("_role")
+    if type(role) is not ChatRole or type(fields.get("_content")) not in _CONTENT_LISTS:
         return None
-    return [data["tool_name"], data["arguments"], data["id"], data["extra"]]
+    parts = _encode_parts(fields["_content"], compact)
+    if parts is None:
+        return None
+    name, meta = encode(fields.get("_name")), encode(fields.get("_meta"))
+    if compact:
+        return [role.value, name, meta, parts]
+    return {"role": role.value, "meta": meta, "name": name, "content": parts}
+
+
+def encode_chat_message(message: Any, encode: Callable[[Any], Any]) -> dict[str, Any] | None:
+    """
+    The encoded data of ``message.to_dict()``, built without ``dataclasses.asdict``.
+
+    :param message: A ``ChatMessage`` (exactly).
+    :param encode: The codec's encoder, for the message's ``meta`` and ``name``.
+    :returns: The data, or None if the message holds something the fast path does not cover.
+    """
+    data: dict[str, Any] | None = _encode_message(message, encode, compact=False)
+    return data
 
 
 def encode_chat_message_compact(message: Any, encode: Callable[[Any], Any]) -> list[Any] | None:
@@ -139,35 +150,8 @@ def encode_chat_message_compact(message: Any, encode: Callable[[Any], Any]) -> l
     :returns: The data, or None if the message holds something the compact form does not cover (it is then stored as
         ``to_dict`` gives it).
     """
-    fields = message.__dict__
-    role = fields.get("_role")
-    if type(role) is not ChatRole or type(fields.get("_content")) not in _CONTENT_LISTS:
-        return None
-    parts: list[Any] = []
-    for part in fields["_content"]:
-        kind = type(part)
-        if kind is TextContent:
-            text = part.__dict__.get("text")
-            if type(text) is not str:
-                return None
-            parts.append(text)
-        elif kind is ToolCall:
-            call = _call_row(part)
-            if call is None:
-                return None
-            parts.append(["c", *call])
-        elif kind is ToolCallResult:
-            result = part.__dict__
-            origin, error = result.get("origin"), result.get("error")
-            if type(result.get("result")) is not str or type(origin) is not ToolCall or type(error) is not bool:
-                return None
-            call = _call_row(origin)
-            if call is None:
-                return None
-            parts.append(["r", result["result"], call, error])
-        else:
-            return None
-    return [role.value, encode(fields.get("_name")), encode(fields.get("_meta")), parts]
+    data: list[Any] | None = _encode_message(message, encode, compact=True)
+    return data
 
 
 def _frozen_plain(value: Any) -> Any:
@@ -182,24 +166,17 @@ def _frozen_plain(value: Any) -> Any:
     return value
 
 
-def _decode_tool_call(data: Any, decode: Callable[[Any], Any], frozen: bool) -> ToolCall | None:
+def _call_row(data: Any) -> list[Any] | None:
+    """A tool call stored as ``to_dict`` gives it, as the compact form's row (None if it is not one)."""
     if type(data) is not dict or "tool_name" not in data or "arguments" not in data:
         return None
     if not _TOOL_CALL_KEYS.issuperset(data):
         return None
-    call = _new(ToolCall)
-    arguments, extra = data["arguments"], data.get("extra")
-    if frozen and _plain(arguments) and _plain(extra):
-        arguments, extra = _frozen_plain(arguments), _frozen_plain(extra)
-    else:
-        arguments, extra = decode(arguments), decode(extra)
-    call.__dict__.update(
-        tool_name=decode(data["tool_name"]), arguments=arguments, id=decode(data.get("id")), extra=extra
-    )
-    return call
+    return [data["tool_name"], data["arguments"], data.get("id"), data.get("extra")]
 
 
-def _decode_call_row(row: Any, decode: Callable[[Any], Any], frozen: bool) -> ToolCall | None:
+def _decode_call(row: Any, decode: Callable[[Any], Any], frozen: bool) -> ToolCall | None:
+    """A tool call from its row, ``[tool_name, arguments, id, extra]`` (None if it is not one)."""
     if type(row) is not list or len(row) != 4:
         return None
     tool_name, arguments, call_id, extra = row
@@ -212,42 +189,47 @@ def _decode_call_row(row: Any, decode: Callable[[Any], Any], frozen: bool) -> To
     return call
 
 
-def _decode_compact(data: list[Any], decode: Callable[[Any], Any], frozen: bool) -> Any:
-    if len(data) != 4 or type(data[3]) is not list:
+def _text_part(text: str) -> TextContent:
+    item = _new(TextContent)
+    item.__dict__["text"] = text
+    return item
+
+
+def _result_part(result: str, origin: ToolCall | None, error: bool) -> ToolCallResult | None:
+    if origin is None:
         return None
-    role, name, meta, parts = data
-    role = _ROLES.get(role) if type(role) is str else None
-    if role is None:
+    item = _new(ToolCallResult)
+    item.__dict__.update(result=result, origin=origin, error=error)
+    return item
+
+
+def _compact_part(part: Any, decode: Callable[[Any], Any], frozen: bool) -> Any:
+    kind = type(part)
+    if kind is str:
+        return _text_part(part)
+    if kind is list and len(part) == 5 and part[0] == "c":
+        return _decode_call(part[1:], decode, frozen)
+    if kind is list and len(part) == 4 and part[0] == "r" and type(part[1]) is str and type(part[3]) is bool:
+        return _result_part(part[1], _decode_call(part[2], decode, frozen), part[3])
+    return None
+
+
+def _dict_part(part: Any, decode: Callable[[Any], Any], frozen: bool) -> Any:
+    if type(part) is not dict or len(part) != 1:
         return None
-    content: list[Any] = []
-    for part in parts:
-        kind = type(part)
-        if kind is str:
-            item: Any = _new(TextContent)
-            item.__dict__["text"] = part
-        elif kind is list and len(part) == 5 and part[0] == "c":
-            item = _decode_call_row(part[1:], decode, frozen)
-            if item is None:
-                return None
-        elif kind is list and len(part) == 4 and part[0] == "r":
-            _, result, origin_row, error = part
-            origin = _decode_call_row(origin_row, decode, frozen)
-            if origin is None or type(result) is not str or type(error) is not bool:
-                return None
-            item = _new(ToolCallResult)
-            item.__dict__.update(result=result, origin=origin, error=error)
-        else:
+    if "text" in part:
+        return _text_part(part["text"]) if type(part["text"]) is str else None
+    if "tool_call" in part:
+        return _decode_call(_call_row(part["tool_call"]), decode, frozen)
+    if "tool_call_result" in part:
+        result = part["tool_call_result"]
+        if type(result) is not dict or len(result) != 3:
             return None
-        content.append(item)
-    meta = decode(meta) or ({} if not frozen else FrozenDict())
-    message = _new(ChatMessage)
-    message.__dict__.update(
-        _role=role,
-        _content=(FrozenListWithObjects(content) if content else FrozenList()) if frozen else content,
-        _name=decode(name),
-        _meta=meta,
-    )
-    return message
+        text, error = result.get("result"), result.get("error")
+        if type(text) is not str or type(error) is not bool:
+            return None
+        return _result_part(text, _decode_call(_call_row(result.get("origin")), decode, frozen), error)
+    return None
 
 
 def decode_chat_message(data: Any, decode: Callable[[Any], Any], frozen: bool) -> Any:
@@ -261,46 +243,30 @@ def decode_chat_message(data: Any, decode: Callable[[Any], Any], frozen: bool) -
         would give it.
     :returns: The message, or None if the data has a shape the fast path does not cover.
     """
-    if type(data) is list:
-        return _decode_compact(data, decode, frozen)
-    if type(data) is not dict or len(data) != 4 or type(data.get("content")) is not list:
+    if type(data) is list:  # the compact form: [role, name, meta, parts]
+        if len(data) != 4:
+            return None
+        role, name, meta, parts = data
+        read_part = _compact_part
+    elif type(data) is dict and len(data) == 4 and "meta" in data and "name" in data:
+        role, name, meta, parts = data.get("role"), data["name"], data["meta"], data.get("content")
+        read_part = _dict_part
+    else:
         return None
-    role = data.get("role")
     role = _ROLES.get(role) if type(role) is str else None
-    if role is None or "meta" not in data or "name" not in data:
+    if role is None or type(parts) is not list:
         return None
     content: list[Any] = []
-    for part in data["content"]:
-        if type(part) is not dict or len(part) != 1:
-            return None
-        if "text" in part:
-            text = part["text"]
-            if type(text) is not str:
-                return None
-            item: Any = _new(TextContent)
-            item.__dict__["text"] = text
-        elif "tool_call" in part:
-            item = _decode_tool_call(part["tool_call"], decode, frozen)
-            if item is None:
-                return None
-        elif "tool_call_result" in part:
-            result = part["tool_call_result"]
-            if type(result) is not dict or len(result) != 3 or type(result.get("result")) is not str:
-                return None
-            origin = _decode_tool_call(result.get("origin"), decode, frozen)
-            if origin is None or type(result.get("error")) is not bool:
-                return None
-            item = _new(ToolCallResult)
-            item.__dict__.update(result=result["result"], origin=origin, error=result["error"])
-        else:
+    for part in parts:
+        item = read_part(part, decode, frozen)
+        if item is None:
             return None
         content.append(item)
-    meta = decode(data["meta"]) or ({} if not frozen else FrozenDict())
     message = _new(ChatMessage)
     message.__dict__.update(
         _role=role,
         _content=(FrozenListWithObjects(content) if content else FrozenList()) if frozen else content,
-        _name=decode(data["name"]),
-        _meta=meta,
+        _name=decode(name),
+        _meta=decode(meta) or ({} if not frozen else FrozenDict()),
     )
     return message
