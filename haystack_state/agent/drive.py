@@ -114,6 +114,22 @@ def _run_coroutine(awaitable: Any) -> Any:
         return helper.submit(context.run, asyncio.run, wait()).result()
 
 
+def _batch_options(effect: RunTools, effects: Effects) -> dict[str, Any]:
+    """The tool runner's options for a ``RunTools`` effect (the sync and the async runner take the same)."""
+    return {
+        "raise_on_failure": effects.raise_on_failure,
+        "max_workers": effects.max_workers,
+        "passthrough": effects.passthrough,
+        "streaming_callback": effect.streaming_callback,  # (selected for the runner: sync or async)
+        "tool_timeout": effects.tool_timeout,
+        "max_tool_calls": effects.max_tool_calls,
+        "context": effect.context,
+        "answers": effect.answers,
+        "hold": effect.hold,
+        "on_call": effect.on_call,
+    }
+
+
 def execute(effect: Effect, effects: Effects) -> Any:
     """
     Execute one effect synchronously.
@@ -127,21 +143,7 @@ def execute(effect: Effect, effects: Effects) -> Any:
     if isinstance(effect, CallModel):
         return (effect.generator or effects.chat_generator).run(**effect.inputs)
     if isinstance(effect, RunTools):
-        return run_tool_batch(
-            effect.messages,
-            effect.state,
-            effect.specs,
-            raise_on_failure=effects.raise_on_failure,
-            max_workers=effects.max_workers,
-            passthrough=effects.passthrough,
-            streaming_callback=effect.streaming_callback,  # type: ignore[arg-type]  # sync-selected
-            tool_timeout=effects.tool_timeout,
-            max_tool_calls=effects.max_tool_calls,
-            context=effect.context,
-            answers=effect.answers,
-            hold=effect.hold,
-            on_call=effect.on_call,
-        )
+        return run_tool_batch(effect.messages, effect.state, effect.specs, **_batch_options(effect, effects))
     if isinstance(effect, Commit):
         return effect.session.commit(
             effect.state, effect.source, tool_names=effect.tool_names, metadata=effect.metadata, step=effect.step
@@ -177,19 +179,7 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
         return await asyncio.to_thread(generator.run, **effect.inputs)
     if isinstance(effect, RunTools):
         return await run_tool_batch_async(
-            effect.messages,
-            effect.state,
-            effect.specs,
-            raise_on_failure=effects.raise_on_failure,
-            max_workers=effects.max_workers,
-            passthrough=effects.passthrough,
-            streaming_callback=effect.streaming_callback,
-            tool_timeout=effects.tool_timeout,
-            max_tool_calls=effects.max_tool_calls,
-            context=effect.context,
-            answers=effect.answers,
-            hold=effect.hold,
-            on_call=effect.on_call,
+            effect.messages, effect.state, effect.specs, **_batch_options(effect, effects)
         )
     if isinstance(effect, Commit):
         return await effect.session.commit_async(
