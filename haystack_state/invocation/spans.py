@@ -57,6 +57,30 @@ def _tags(spec: ToolSpec, tool_call: ToolCall) -> dict[str, Any]:
     return {"haystack.tool.name": tool_call.tool_name, "haystack.tool.description": spec.description}
 
 
+class _ToolSpan:
+    """
+    The span of one tool call, for the sync and the async runner alike: the arguments tagged on entry; on a
+    failure, the error (the result is tagged by the caller). A class: one is opened per call.
+    """
+
+    __slots__ = ("opened", "span", "tool_call")
+
+    def __init__(self, spec: ToolSpec, tool_call: ToolCall, parent: Span | None) -> None:
+        self.opened = tracer.actual_tracer.trace(TOOL_SPAN, tags=_tags(spec, tool_call), parent_span=parent)
+        self.tool_call = tool_call
+
+    def __enter__(self) -> Span:
+        self.span: Span = self.opened.__enter__()
+        self.span.set_content_tag("haystack.agent.step.tool.input", self.tool_call.arguments)
+        return self.span
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None:
+            self.span.set_tag("haystack.tool.error", True)
+            self.span.set_content_tag("haystack.agent.step.tool.output", {"error": str(exc)})
+        self.opened.__exit__(exc_type, exc, tb)
+
+
 def traced_call(call: Callable[..., T], spec: ToolSpec, tool_call: ToolCall, parent: Span | None, *args: Any) -> T:
     """
     ``call(*args)`` inside the call's span.
@@ -68,14 +92,8 @@ def traced_call(call: Callable[..., T], spec: ToolSpec, tool_call: ToolCall, par
     :param args: The arguments of ``call``.
     :returns: What ``call`` returns.
     """
-    with tracer.actual_tracer.trace(TOOL_SPAN, tags=_tags(spec, tool_call), parent_span=parent) as span:
-        span.set_content_tag("haystack.agent.step.tool.input", tool_call.arguments)
-        try:
-            result = call(*args)
-        except BaseException as exc:
-            span.set_tag("haystack.tool.error", True)
-            span.set_content_tag("haystack.agent.step.tool.output", {"error": str(exc)})
-            raise
+    with _ToolSpan(spec, tool_call, parent) as span:
+        result = call(*args)
         span.set_content_tag("haystack.agent.step.tool.output", result)
         return result
 
@@ -90,13 +108,7 @@ async def traced_call_async(awaitable: Awaitable[T], spec: ToolSpec, tool_call: 
     :param parent: The parent span.
     :returns: Its result.
     """
-    with tracer.actual_tracer.trace(TOOL_SPAN, tags=_tags(spec, tool_call), parent_span=parent) as span:
-        span.set_content_tag("haystack.agent.step.tool.input", tool_call.arguments)
-        try:
-            result = await awaitable
-        except BaseException as exc:
-            span.set_tag("haystack.tool.error", True)
-            span.set_content_tag("haystack.agent.step.tool.output", {"error": str(exc)})
-            raise
+    with _ToolSpan(spec, tool_call, parent) as span:
+        result = await awaitable
         span.set_content_tag("haystack.agent.step.tool.output", result)
         return result
