@@ -45,6 +45,7 @@ from haystack_state.values import (
 )
 
 __all__ = [
+    "CHAIN_RECORDS",
     "MAX_TAIL",
     "HeadCache",
     "apply_frozen",
@@ -57,6 +58,9 @@ __all__ = [
 
 #: How many committed deltas a cache entry holds unfolded at most.
 MAX_TAIL = 64
+
+#: How many threads' chain records (a head id and two numbers each) a cache remembers, whatever its size.
+CHAIN_RECORDS = 16384
 
 Tail = tuple[Mapping[str, Mapping[str, Any]], ...]
 
@@ -82,12 +86,18 @@ class HeadCache:
     An entry is a checkpoint id with the frozen state at that checkpoint; since a checkpoint never changes once
     written, an entry stays valid for as long as its checkpoint exists, even when the thread has moved on.
 
-    :param size: How many threads to keep (0 disables the cache).
+    Apart from the states, it remembers the *chain record* of the last checkpoint it saw committed or read for many
+    more threads (:data:`CHAIN_RECORDS`): the bytes of deltas since that checkpoint's snapshot and the snapshot's size,
+    which decide whether the next commit stores a snapshot. A few dozen bytes a thread, so a process running more
+    threads at once than the cache holds states for (a server) commits without reading the parent's record first.
+
+    :param size: How many threads' states to keep (0 disables caching states).
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._chains: OrderedDict[str, tuple[str, tuple[int, int]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, thread_id: str) -> tuple[str, dict[str, Any]] | None:
@@ -113,17 +123,37 @@ class HeadCache:
 
     def chain_info(self, thread_id: str, checkpoint_id: str) -> tuple[int, int] | None:
         """
-        The ``(chain_bytes, base_bytes)`` of the cached checkpoint, if it is ``checkpoint_id`` (so a commit on top of
-        it needs no read to decide on a snapshot).
+        The ``(chain_bytes, base_bytes)`` of the thread's last recorded checkpoint, if it is ``checkpoint_id`` (so a
+        commit on top of it needs no read to decide on a snapshot).
 
         :param thread_id: The thread.
         :param checkpoint_id: The checkpoint.
         """
         with self._lock:
-            entry = self._entries.get(thread_id)
-        if entry is None or entry.checkpoint_id != checkpoint_id:
+            found = self._chains.get(thread_id)
+        if found is None or found[0] != checkpoint_id:
             return None
-        return entry.chain
+        return found[1]
+
+    def note_chain(self, thread_id: str, checkpoint_id: str, chain: tuple[int, int] | None) -> None:
+        """
+        Remember a checkpoint's ``(chain_bytes, base_bytes)`` as the thread's latest (see :meth:`chain_info`).
+
+        :param thread_id: The thread.
+        :param checkpoint_id: The checkpoint, just committed or read.
+        :param chain: Its record; None forgets the thread's.
+        """
+        with self._lock:
+            self._note_chain(thread_id, checkpoint_id, chain)
+
+    def _note_chain(self, thread_id: str, checkpoint_id: str, chain: tuple[int, int] | None) -> None:
+        if chain is None:
+            self._chains.pop(thread_id, None)
+            return
+        self._chains[thread_id] = (checkpoint_id, chain)
+        self._chains.move_to_end(thread_id)
+        while len(self._chains) > CHAIN_RECORDS:
+            self._chains.popitem(last=False)
 
     def put(
         self, thread_id: str, checkpoint_id: str, state: dict[str, Any], chain: tuple[int, int] | None = None
@@ -136,10 +166,11 @@ class HeadCache:
         :param state: The frozen state.
         :param chain: The checkpoint's ``(chain_bytes, base_bytes)``.
         """
-        if self.size <= 0:
-            return
         with self._lock:
-            self._store(thread_id, _Entry(checkpoint_id, state, (), chain))
+            if chain is not None:
+                self._note_chain(thread_id, checkpoint_id, chain)
+            if self.size > 0:
+                self._store(thread_id, _Entry(checkpoint_id, state, (), chain))
 
     def advance(
         self,
@@ -159,9 +190,10 @@ class HeadCache:
         :param delta: Its delta, decoded and frozen (see :func:`freeze_delta`).
         :param chain: The new checkpoint's ``(chain_bytes, base_bytes)``.
         """
-        if self.size <= 0:
-            return
         with self._lock:
+            self._note_chain(thread_id, checkpoint_id, chain)
+            if self.size <= 0:
+                return
             entry = self._entries.get(thread_id)
             if parent_id is None:
                 new = _Entry(checkpoint_id, {}, (delta,), chain)
@@ -186,11 +218,13 @@ class HeadCache:
         """
         with self._lock:
             self._entries.pop(thread_id, None)
+            self._chains.pop(thread_id, None)
 
     def clear(self) -> None:
         """Forget every thread."""
         with self._lock:
             self._entries.clear()
+            self._chains.clear()
 
     def _store(self, thread_id: str, entry: _Entry) -> None:
         self._entries[thread_id] = entry

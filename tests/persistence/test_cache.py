@@ -21,7 +21,7 @@ from haystack_state.persistence import Checkpointer, delete, extend, register_ty
 from haystack_state.persistence.cache import MAX_TAIL, freeze_owned, fresh_copy
 from haystack_state.persistence.codec import decode, encode
 from haystack_state.persistence.delta import materialize
-from haystack_state.persistence.ops import ReadChain
+from haystack_state.persistence.ops import ReadChain, ReadMeta
 from haystack_state.values import FrozenDict, FrozenList, freeze, thaw
 
 if TYPE_CHECKING:
@@ -222,6 +222,40 @@ def test_the_head_is_read_from_the_cache_after_many_commits(backend: Harness) ->
     commit_all(cp, thread, [{"log": extend(["x"])}])
     assert cp.get(thread).values == {"log": [*range(count), "x"], "last": count - 1}
     assert fetched == []
+
+
+@pytest.mark.parametrize("cache_size", [0, 2])
+def test_commits_read_no_parent_record_with_more_threads_than_cached(backend: Harness, cache_size: int) -> None:
+    # A server runs more threads at once than its cache keeps states for: their commits still decide on snapshots
+    # without reading the parent's record first, and store them at the same commits a large cache would.
+    small, large = backend.make(cache_size=cache_size, snapshot_min_bytes=300), backend.make(snapshot_min_bytes=300)
+    parent_reads: list[Any] = []
+    execute = small._execute
+
+    def counting(op: Any) -> Any:
+        if isinstance(op, ReadMeta):
+            parent_reads.append(op)
+        return execute(op)
+
+    small._execute = counting  # type: ignore[method-assign]
+    threads = {cp: [new_thread() for _ in range(5)] for cp in (small, large)}
+    heads: dict[str, str | None] = {thread: None for ids in threads.values() for thread in ids}
+    for step in range(12):
+        for index in range(5):
+            for cp in (small, large):
+                thread = threads[cp][index]
+                delta = {"log": extend([f"{step}-{'x' * 40}"] * 3)}
+                head = heads[thread]
+                heads[thread] = cp.commit(
+                    thread, parent_id=head, expected_head=head, delta=delta, step=step, source="update"
+                ).checkpoint_id
+    assert parent_reads == []
+    for index in range(5):
+        chains = [cp._execute(ReadChain(threads[cp][index], heads[threads[cp][index]], None)) for cp in (small, large)]
+        assert len(chains[0]) == len(chains[1]) < 12  # snapshots were stored, at the same commits
+        assert [link.snapshot is not None for link in chains[0]] == [link.snapshot is not None for link in chains[1]]
+        expected = [f"{step}-{'x' * 40}" for step in range(12) for _ in range(3)]
+        assert small.get(threads[small][index]).values == large.get(threads[large][index]).values == {"log": expected}
 
 
 @pytest.mark.parametrize("read_first", [True, False])
