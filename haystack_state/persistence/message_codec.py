@@ -154,18 +154,6 @@ def encode_chat_message_compact(message: Any, encode: Callable[[Any], Any]) -> l
     return data
 
 
-def _frozen_plain(value: Any) -> Any:
-    """Plain JSON data (just parsed, owned by no one) made read-only in place of a copy, as ``freeze`` would."""
-    kind = type(value)
-    if kind is dict:
-        if _PLAIN_SCALARS.issuperset(map(type, value.values())):
-            return FrozenDict(value)
-        return FrozenDict({key: _frozen_plain(item) for key, item in value.items()})
-    if kind is list:
-        return FrozenList([_frozen_plain(item) for item in value])
-    return value
-
-
 def _call_row(data: Any) -> list[Any] | None:
     """A tool call stored as ``to_dict`` gives it, as the compact form's row (None if it is not one)."""
     if type(data) is not dict or "tool_name" not in data or "arguments" not in data:
@@ -175,17 +163,18 @@ def _call_row(data: Any) -> list[Any] | None:
     return [data["tool_name"], data["arguments"], data.get("id"), data.get("extra")]
 
 
-def _decode_call(row: Any, decode: Callable[[Any], Any], frozen: bool) -> ToolCall | None:
+def _decode_call(row: Any, decode: Callable[[Any], Any]) -> ToolCall | None:
     """A tool call from its row, ``[tool_name, arguments, id, extra]`` (None if it is not one)."""
     if type(row) is not list or len(row) != 4:
         return None
     tool_name, arguments, call_id, extra = row
     call = _new(ToolCall)
-    if frozen and _plain(arguments) and _plain(extra):
-        arguments, extra = _frozen_plain(arguments), _frozen_plain(extra)
-    else:
-        arguments, extra = decode(arguments), decode(extra)
-    call.__dict__.update(tool_name=decode(tool_name), arguments=arguments, id=decode(call_id), extra=extra)
+    call.__dict__.update(  # strings and None are what they decode to: no call for them
+        tool_name=tool_name if type(tool_name) is str else decode(tool_name),
+        arguments=decode(arguments),
+        id=call_id if call_id is None or type(call_id) is str else decode(call_id),
+        extra=None if extra is None else decode(extra),
+    )
     return call
 
 
@@ -203,24 +192,24 @@ def _result_part(result: str, origin: ToolCall | None, error: bool) -> ToolCallR
     return item
 
 
-def _compact_part(part: Any, decode: Callable[[Any], Any], frozen: bool) -> Any:
+def _compact_part(part: Any, decode: Callable[[Any], Any]) -> Any:
     kind = type(part)
     if kind is str:
         return _text_part(part)
     if kind is list and len(part) == 5 and part[0] == "c":
-        return _decode_call(part[1:], decode, frozen)
+        return _decode_call(part[1:], decode)
     if kind is list and len(part) == 4 and part[0] == "r" and type(part[1]) is str and type(part[3]) is bool:
-        return _result_part(part[1], _decode_call(part[2], decode, frozen), part[3])
+        return _result_part(part[1], _decode_call(part[2], decode), part[3])
     return None
 
 
-def _dict_part(part: Any, decode: Callable[[Any], Any], frozen: bool) -> Any:
+def _dict_part(part: Any, decode: Callable[[Any], Any]) -> Any:
     if type(part) is not dict or len(part) != 1:
         return None
     if "text" in part:
         return _text_part(part["text"]) if type(part["text"]) is str else None
     if "tool_call" in part:
-        return _decode_call(_call_row(part["tool_call"]), decode, frozen)
+        return _decode_call(_call_row(part["tool_call"]), decode)
     if "tool_call_result" in part:
         result = part["tool_call_result"]
         if type(result) is not dict or len(result) != 3:
@@ -228,7 +217,7 @@ def _dict_part(part: Any, decode: Callable[[Any], Any], frozen: bool) -> Any:
         text, error = result.get("result"), result.get("error")
         if type(text) is not str or type(error) is not bool:
             return None
-        return _result_part(text, _decode_call(_call_row(result.get("origin")), decode, frozen), error)
+        return _result_part(text, _decode_call(_call_row(result.get("origin")), decode), error)
     return None
 
 
@@ -258,7 +247,7 @@ def decode_chat_message(data: Any, decode: Callable[[Any], Any], frozen: bool) -
         return None
     content: list[Any] = []
     for part in parts:
-        item = read_part(part, decode, frozen)
+        item = read_part(part, decode)
         if item is None:
             return None
         content.append(item)
@@ -266,7 +255,7 @@ def decode_chat_message(data: Any, decode: Callable[[Any], Any], frozen: bool) -
     message.__dict__.update(
         _role=role,
         _content=(FrozenListWithObjects(content) if content else FrozenList()) if frozen else content,
-        _name=decode(name),
+        _name=name if name is None or type(name) is str else decode(name),
         _meta=decode(meta) or ({} if not frozen else FrozenDict()),
     )
     return message
