@@ -5,8 +5,8 @@ Workload (800 steps by default): each step is one model reply (an assistant ``Ch
 ~200 characters of arguments), one tool result (a tool ``ChatMessage`` of ~500 characters) and one small dict
 appended to a ``list[dict]`` state key.
 
-Ours runs the real path: ``haystack_state.Agent`` with a ``ScriptedChatGenerator`` (that counts no tokens, see
-``FreeTokenCounter``) and a trivial ``@tool`` whose ``outputs_to_state`` appends to the ``records`` key, on
+Ours runs the real path: ``haystack_state.Agent`` with a model that replays prepared replies (``ReplayModel``, which
+counts no tokens) and a trivial ``@tool`` whose ``outputs_to_state`` appends to the ``records`` key, on
 ``thread_id=`` with a ``SQLiteCheckpointer`` on a temp file.
 Every step commits a ``model`` and a ``tools`` checkpoint; commit time is measured by wrapping
 ``checkpointer.commit`` (encoding the delta, the SQLite transaction, the cache update).
@@ -68,11 +68,11 @@ from typing import Any
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
-from haystack.dataclasses import ChatMessage
+from haystack import component
+from haystack.dataclasses import ChatMessage, ToolCall
 
 from haystack_state import Agent, tool
 from haystack_state.persistence import SQLiteCheckpointer
-from haystack_state.testing import ScriptedChatGenerator
 
 THREAD = "bench-thread"
 QUERY = "Find the quarterly revenue figures for the EMEA region, broken down by product line and by month, " + (
@@ -122,23 +122,43 @@ def search(query: str, page: int) -> dict[str, Any]:
     return {"record": record(page), "text": result_text(page)}
 
 
-class FreeTokenCounter:
+@component
+class ReplayModel:
     """
-    Counts nothing. The scripted model stands in for a remote one and LangGraph's side has no model at all, so it
-    should not spend its time on the workload: by default it estimates the tokens of every message it is sent (the
-    usage meta of a real reply), which was 30% of a cold new turn at 800 steps.
+    A chat generator that replays prepared replies (a tool call per step, then a text) and does nothing else.
+
+    It stands in for a remote model, and LangGraph's side has no model at all, so it spends nothing on the workload:
+    no token counting over the conversation (``ScriptedChatGenerator`` estimates the tokens of every message it is
+    sent, for its replies' usage; in a fresh process that is every message of the thread, which was 30% of a cold new
+    turn). Its replies carry the meta of ``ScriptedChatGenerator``'s (model, index, finish reason, usage), so the
+    stored bytes are the same.
+
+    :param script: ``(tool_name, arguments)`` per tool-calling reply, or a text.
     """
 
-    def count(self, messages: list[ChatMessage], tools: Any = None) -> int:
-        """No tokens."""
-        return 0
+    def __init__(self, script: list[Any]) -> None:
+        self.script = list(script)
+        self.calls = 0
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], tools: Any = None) -> dict[str, list[ChatMessage]]:
+        entry = self.script[self.calls]
+        self.calls += 1
+        usage = {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1}
+        if isinstance(entry, str):
+            meta = {"model": "scripted", "index": 0, "finish_reason": "stop", "usage": usage}
+            return {"replies": [ChatMessage.from_assistant(entry, meta=meta)]}
+        name, arguments = entry
+        call = ToolCall(tool_name=name, arguments=arguments, id=f"call_{self.calls}")
+        meta = {"model": "scripted", "index": 0, "finish_reason": "tool_calls", "usage": usage}
+        return {"replies": [ChatMessage.from_assistant(tool_calls=[call], meta=meta)]}
 
 
 def make_agent(checkpointer: SQLiteCheckpointer, steps: int) -> Agent:
     script: list[Any] = [("search", {"query": QUERY, "page": page}) for page in range(steps)]
     script.append("Done.")
     return Agent(
-        chat_generator=ScriptedChatGenerator(script, token_counter=FreeTokenCounter()),
+        chat_generator=ReplayModel(script),
         tools=[search],
         state_schema={"records": {"type": list[dict[str, Any]]}},
         checkpointer=checkpointer,
@@ -645,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
         "(~500 chars) and a dict appended to a list key"
     )
     print(
-        "ours: haystack_state.Agent + ScriptedChatGenerator + @tool(outputs_to_state) on thread_id with a "
+        "ours: haystack_state.Agent + ReplayModel + @tool(outputs_to_state) on thread_id with a "
         "SQLiteCheckpointer; 2 checkpoints per step (model, tools); commit time = wrapped checkpointer.commit"
     )
     print(f"sqlite {sqlite3.sqlite_version}, python {sys.version.split()[0]}; reads: median of {repeat}")
