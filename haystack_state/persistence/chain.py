@@ -176,12 +176,15 @@ def extend_error(thread_id: str, error: ExtendError, checkpoint_id: str) -> Chec
 
 _LISTS = frozenset({list, FrozenList, FrozenListWithObjects})
 
+#: How many items of a list a snapshot encodes at once (one call of the encoder, one JSON text).
+SNAPSHOT_CHUNK = 512
+
 
 def state_json(values: Mapping[str, Any]) -> str:
     """
     A state's snapshot text, from its values (decoded, frozen or not): the JSON a snapshot composed from the stored
-    rows gives, but built item by item, so that only the text is ever held whole (never the encoded data of the whole
-    state, several times its size in Python objects).
+    rows gives, but built a slice of each list at a time, so that only the text is ever held whole (never the encoded
+    data of the whole state, several times its size in Python objects).
 
     :param values: The state.
     :returns: The JSON text of ``{key: encoded value}``.
@@ -194,10 +197,11 @@ def state_json(values: Mapping[str, Any]) -> str:
         parts.append(to_json(key))
         if type(value) in _LISTS:
             parts.append(":[")
-            for index, item in enumerate(value):
-                if index:
+            for start in range(0, len(value), SNAPSHOT_CHUNK):
+                if start:
                     parts.append(",")
-                parts.append(to_json(encode(item, key=key, compact=True)))
+                chunk = to_json(encode(value[start : start + SNAPSHOT_CHUNK], key=key, compact=True))
+                parts.append(chunk[1:-1])  # the items, without the chunk's brackets
             parts.append("]")
         else:
             parts.append(":")

@@ -7,10 +7,13 @@ import uuid
 from typing import Any
 
 import pytest
+from haystack.dataclasses import ChatMessage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from haystack_state.errors import CodecError
+from haystack_state.persistence.chain import SNAPSHOT_CHUNK, state_json
+from haystack_state.persistence.codec import encode, from_json, to_json
 from haystack_state.persistence.delta import (
     ExtendError,
     apply_delta,
@@ -24,6 +27,7 @@ from haystack_state.persistence.delta import (
     replace,
     validate_delta,
 )
+from haystack_state.values import freeze
 
 
 def test_apply_delta_returns_a_new_state_and_leaves_the_old_one_alone() -> None:
@@ -152,3 +156,12 @@ def test_checkpoint_ids_are_uuid7_and_strictly_increasing_across_threads() -> No
     assert all(uuid.UUID(i).version == 7 for i in ids[:50])
     sequential = [new_checkpoint_id() for _ in range(5000)]
     assert sequential == sorted(sequential)
+
+
+@pytest.mark.parametrize("length", [0, 1, SNAPSHOT_CHUNK - 1, SNAPSHOT_CHUNK, SNAPSHOT_CHUNK + 1, 3 * SNAPSHOT_CHUNK])
+def test_a_snapshot_text_built_a_slice_at_a_time_is_the_text_of_the_whole_state(length: int) -> None:
+    messages = [ChatMessage.from_user(f"question {i} é") for i in range(length)]
+    values = {"messages": freeze(messages), "log": list(range(length)), "name": "x", "empty": []}
+    text = state_json(values)
+    assert text == to_json({key: encode(value, key=key, compact=True) for key, value in values.items()})
+    assert len(from_json(text)["messages"]) == length
