@@ -76,7 +76,6 @@ class _Entry:
     checkpoint_id: str  # the checkpoint the entry materializes
     base: dict[str, Any]  # a frozen state
     tail: Tail = ()  # frozen deltas (decoded values) that lead from ``base`` to the checkpoint, oldest first
-    chain: tuple[int, int] | None = None  # the checkpoint's (chain_bytes, base_bytes), for the next commit
 
 
 class HeadCache:
@@ -118,7 +117,7 @@ class HeadCache:
         except ExtendError:
             self._replace(thread_id, entry, None)
             return None
-        self._replace(thread_id, entry, _Entry(entry.checkpoint_id, state, (), entry.chain))
+        self._replace(thread_id, entry, _Entry(entry.checkpoint_id, state))
         return entry.checkpoint_id, state
 
     def chain_info(self, thread_id: str, checkpoint_id: str) -> tuple[int, int] | None:
@@ -135,29 +134,24 @@ class HeadCache:
             return None
         return found[1]
 
-    def note_chain(self, thread_id: str, checkpoint_id: str, chain: tuple[int, int] | None) -> None:
+    def note_chain(self, thread_id: str, checkpoint_id: str, chain: tuple[int, int]) -> None:
         """
         Remember a checkpoint's ``(chain_bytes, base_bytes)`` as the thread's latest (see :meth:`chain_info`).
 
         :param thread_id: The thread.
         :param checkpoint_id: The checkpoint, just committed or read.
-        :param chain: Its record; None forgets the thread's.
+        :param chain: Its record.
         """
         with self._lock:
             self._note_chain(thread_id, checkpoint_id, chain)
 
-    def _note_chain(self, thread_id: str, checkpoint_id: str, chain: tuple[int, int] | None) -> None:
-        if chain is None:
-            self._chains.pop(thread_id, None)
-            return
+    def _note_chain(self, thread_id: str, checkpoint_id: str, chain: tuple[int, int]) -> None:
         self._chains[thread_id] = (checkpoint_id, chain)
         self._chains.move_to_end(thread_id)
         while len(self._chains) > CHAIN_RECORDS:
             self._chains.popitem(last=False)
 
-    def put(
-        self, thread_id: str, checkpoint_id: str, state: dict[str, Any], chain: tuple[int, int] | None = None
-    ) -> None:
+    def put(self, thread_id: str, checkpoint_id: str, state: dict[str, Any], chain: tuple[int, int]) -> None:
         """
         Cache a thread's state (frozen, and never modified afterwards).
 
@@ -167,10 +161,9 @@ class HeadCache:
         :param chain: The checkpoint's ``(chain_bytes, base_bytes)``.
         """
         with self._lock:
-            if chain is not None:
-                self._note_chain(thread_id, checkpoint_id, chain)
+            self._note_chain(thread_id, checkpoint_id, chain)
             if self.size > 0:
-                self._store(thread_id, _Entry(checkpoint_id, state, (), chain))
+                self._store(thread_id, _Entry(checkpoint_id, state))
 
     def advance(
         self,
@@ -178,7 +171,6 @@ class HeadCache:
         parent_id: str | None,
         checkpoint_id: str,
         delta: Mapping[str, Mapping[str, Any]],
-        chain: tuple[int, int] | None = None,
     ) -> None:
         """
         Record a commit: if the cached checkpoint is the commit's parent (or the commit starts the thread), the entry
@@ -188,17 +180,15 @@ class HeadCache:
         :param parent_id: The commit's parent.
         :param checkpoint_id: The new checkpoint.
         :param delta: Its delta, decoded and frozen (see :func:`freeze_delta`).
-        :param chain: The new checkpoint's ``(chain_bytes, base_bytes)``.
         """
+        if self.size <= 0:
+            return
         with self._lock:
-            self._note_chain(thread_id, checkpoint_id, chain)
-            if self.size <= 0:
-                return
             entry = self._entries.get(thread_id)
             if parent_id is None:
-                new = _Entry(checkpoint_id, {}, (delta,), chain)
+                new = _Entry(checkpoint_id, {}, (delta,))
             elif entry is not None and entry.checkpoint_id == parent_id:
-                new = _Entry(checkpoint_id, entry.base, (*entry.tail, delta), chain)
+                new = _Entry(checkpoint_id, entry.base, (*entry.tail, delta))
             else:
                 return
             self._store(thread_id, new)
@@ -208,7 +198,7 @@ class HeadCache:
             except ExtendError:
                 self._replace(thread_id, new, None)
             else:
-                self._replace(thread_id, new, _Entry(checkpoint_id, state, (), chain))
+                self._replace(thread_id, new, _Entry(checkpoint_id, state))
 
     def drop(self, thread_id: str) -> None:
         """

@@ -190,17 +190,16 @@ class StateReader:
         State's read-only values already (``frozen``: nothing decoded or copied, each value held once in the process),
         otherwise decoding and freezing only the delta.
         """
-        chain = (row.chain_bytes, row.base_bytes)
-        if self._cache.size <= 0:
-            self._cache.note_chain(row.thread_id, row.checkpoint_id, chain)
-            return
-        try:
-            if frozen is not None:
-                delta = {key: adopt_op(op) for key, op in frozen.items()}
+        if self._cache.size > 0:
+            try:
+                if frozen is not None:
+                    delta = {key: adopt_op(op) for key, op in frozen.items()}
+                else:
+                    delta = {key: decode_op_values(op, key, frozen=True) for key, op in encoded.items()}
+            except Exception:  # the commit is written: a delta the cache cannot take only costs the cache entry
+                self._cache.drop(row.thread_id)
             else:
-                delta = {key: decode_op_values(op, key, frozen=True) for key, op in encoded.items()}
-        except Exception:  # the commit is written: a delta the cache cannot take only costs the cache entry
-            self._cache.drop(row.thread_id)
-            self._cache.note_chain(row.thread_id, row.checkpoint_id, chain)
-            return
-        self._cache.advance(row.thread_id, row.parent_id, row.checkpoint_id, delta, chain)
+                self._cache.advance(row.thread_id, row.parent_id, row.checkpoint_id, delta)
+        # Kept whatever the cache keeps of states (see HeadCache), so the next commit reads nothing to decide whether
+        # it stores a snapshot.
+        self._cache.note_chain(row.thread_id, row.checkpoint_id, (row.chain_bytes, row.base_bytes))
