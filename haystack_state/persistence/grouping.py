@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-from haystack_state.persistence import ops
+from typing import Any, Generic, TypeVar
 
 __all__ = ["Failed", "GroupCommit"]
+
+OpT = TypeVar("OpT")
 
 
 class Failed:
@@ -25,7 +25,7 @@ class Failed:
         self.error = error
 
 
-class GroupCommit:
+class GroupCommit(Generic[OpT]):
     """
     The group commit of one event loop: commits wait while a batch is written and go together in the next one (at
     most ``limit``).
@@ -35,10 +35,10 @@ class GroupCommit:
 
     def __init__(self, limit: int = 64) -> None:
         self.limit = limit
-        self.pending: list[tuple[ops.Insert, asyncio.Future[Any]]] = []
+        self.pending: list[tuple[OpT, asyncio.Future[Any]]] = []
         self.writing: asyncio.Task[None] | None = None
 
-    async def submit(self, op: ops.Insert, write: Callable[[list[ops.Insert]], Awaitable[list[Any]]]) -> Any:
+    async def submit(self, op: OpT, write: Callable[[list[OpT]], Awaitable[list[Any]]]) -> Any:
         """
         Commit ``op`` with the next batch.
 
@@ -56,7 +56,7 @@ class GroupCommit:
             raise result.error
         return result
 
-    async def _drain(self, write: Callable[[list[ops.Insert]], Awaitable[list[Any]]]) -> None:
+    async def _drain(self, write: Callable[[list[OpT]], Awaitable[list[Any]]]) -> None:
         try:
             await asyncio.sleep(0)  # let the commits of this turn of the loop join the first batch
             while self.pending:

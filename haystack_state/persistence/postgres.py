@@ -123,7 +123,8 @@ class _LoopConnections:
         self.open: list[psycopg.AsyncConnection[Any]] = []
         self.connecting = 0
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self.appends = GroupCommit()
+        self.appends: GroupCommit[ops.Insert] = GroupCommit()
+        self.releases: GroupCommit[ops.ReleaseLease] = GroupCommit()
 
     def loop_gone(self) -> bool:
         loop = self.loop()
@@ -283,6 +284,8 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         connections = self._async_connections()
         if isinstance(op, ops.Insert) and self.appends(op):
             return await connections.appends.submit(op, lambda batch: self._append_batch(connections, batch))
+        if isinstance(op, ops.ReleaseLease):
+            return await connections.releases.submit(op, lambda batch: self._release_batch(connections, batch))
         return await self._aexecute_alone(connections, op)
 
     async def _append_batch(self, connections: _LoopConnections, batch: list[ops.Insert]) -> list[Any]:
@@ -294,18 +297,22 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         conn = await connections.get()
         state = _Attempt()
         state.conn = conn
-        counts: list[int] = []
+        counts = [0] * len(batch)
         failed: BaseException | None = None
         try:
-            statements = [self.append_statement(op) for op in batch]
+            # A statement per kind of commit (appends, new threads), each with many parameter sets: psycopg sends
+            # them pipelined; a row comes back per commit applied.
+            groups: dict[int, tuple[sql.Composed, list[tuple[int, dict[str, Any]]]]] = {}
+            for index, op in enumerate(batch):
+                query, params = self.append_statement(op)  # one query object per kind (they are cached)
+                groups.setdefault(id(query), (query, []))[1].append((index, params))
             await conn.execute("BEGIN")
             async with conn.cursor() as cursor:
-                # One statement, many parameter sets: psycopg sends them pipelined; a row comes back per commit applied.
-                await cursor.executemany(statements[0][0], [params for _, params in statements], returning=True)
-                while True:
-                    counts.append(len(await cursor.fetchall()))
-                    if not cursor.nextset():
-                        break
+                for query, group in groups.values():
+                    await cursor.executemany(query, [params for _, params in group], returning=True)
+                    for index, _ in group:
+                        counts[index] = len(await cursor.fetchall())
+                        cursor.nextset()
             state.committing = True
             await conn.execute("COMMIT")
         except psycopg.Error as error:
@@ -329,6 +336,36 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
                     continue
                 results.append(await self._aexecute_alone(connections, op))
             except BaseException as error:  # handed to the commit it belongs to
+                results.append(Failed(error))
+        return results
+
+    async def _release_batch(self, connections: _LoopConnections, batch: list[ops.ReleaseLease]) -> list[Any]:
+        """
+        Release the leases of several runs in one statement (one round trip). Each gets whether it held its lease;
+        after a failure, each is run on its own (a release is idempotent).
+        """
+        conn = await connections.get()
+        try:
+            rows = await (await conn.execute(*self.release_statement(batch))).fetchall()
+        except psycopg.Error:
+            rows = None
+        except BaseException:
+            conn.pgconn.finish()  # cancelled mid-statement: not reused
+            raise
+        finally:
+            connections.put(conn)
+        if rows is not None:
+            released = {(row[0], row[1]) for row in rows}
+            held: list[Any] = []
+            for op in batch:  # the same lease twice: the first release had it, as one after the other would
+                held.append((op.thread_id, op.owner) in released)
+                released.discard((op.thread_id, op.owner))
+            return held
+        results: list[Any] = []
+        for op in batch:
+            try:
+                results.append(await self._aexecute_alone(connections, op))
+            except BaseException as error:  # handed to the release it belongs to
                 results.append(Failed(error))
         return results
 

@@ -37,6 +37,24 @@ _APPEND = """
         %(metadata)s, %(delta)s, %(snapshot)s, %(chain)s, %(base)s FROM moved
     RETURNING seq
 """
+# A new thread's first commit in one statement: create the thread, unless it exists (an expired one too: the full
+# path replaces it) or another owner holds a live lease on it, and insert the row.
+_CREATE = """
+    WITH created AS (
+        INSERT INTO {threads} (thread_id, head_id, last_seq, created_at, updated_at, ttl, expires_at)
+        SELECT %(thread)s, %(id)s, 1, %(created)s, %(created)s, %(ttl)s::double precision,
+            %(now)s + %(ttl)s::double precision
+        WHERE %(owner)s::text IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {leases} WHERE thread_id = %(thread)s AND owner <> %(owner)s AND expires_at > %(now)s)
+        ON CONFLICT (thread_id) DO NOTHING
+        RETURNING last_seq
+    )
+    INSERT INTO {checkpoints} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, changed_keys,
+        created_at, metadata, delta, snapshot, chain_bytes, base_bytes)
+    SELECT %(thread)s, %(id)s, last_seq, %(parent)s, %(step)s, %(source)s, %(tools)s, %(keys)s, %(created)s,
+        %(metadata)s, %(delta)s, %(snapshot)s, %(chain)s, %(base)s FROM created
+    RETURNING seq
+"""
 _VISIBLE = "(expires_at IS NULL OR expires_at > %(now)s)"
 ONE, ALL, COUNT, NONE = "one", "all", "count", "none"
 
@@ -74,9 +92,10 @@ class PostgresScripts:
     def _insert(self, op: ops.Insert) -> Script:
         row, expected_head, now = op.row, op.expected_head, _epoch(op.now)
         if self.appends(op):
-            # The common commit, a child of the expected head, in one statement (one round trip): move the head if
-            # it is the expected one and no other owner holds a live lease, and insert the row. If nothing moved,
-            # the full path below finds out why.
+            # The common commits in one statement (one round trip): a child of the expected head (move the head if it
+            # is the expected one and no other owner holds a live lease, and insert the row), or a new thread's first
+            # (create it unless it exists or another owner holds its lease). If nothing was written, the full path
+            # below finds out why.
             inserted = yield Stmt(*self.append_statement(op), COUNT, alone=True)
             if inserted == 1:
                 return None
@@ -154,19 +173,25 @@ class PostgresScripts:
 
     @staticmethod
     def appends(op: ops.Insert) -> bool:
-        """Whether a commit is the usual one, a child of the expected head, that one ``append_statement`` applies."""
-        return op.expected_head is not None and op.row.parent_id == op.expected_head
+        """
+        Whether a commit is a usual one that one ``append_statement`` applies: a child of the expected head, or the
+        first checkpoint of a new thread.
+        """
+        return op.row.parent_id == op.expected_head
 
     def append_statement(self, op: ops.Insert) -> tuple[sql.Composed, dict[str, Any]]:
         """
         The statement that applies a usual commit (see :meth:`appends`) and inserts one row, or none (then the head
-        moved or another run holds the thread's lease: the full script finds out which).
+        moved, the thread exists, or another run holds the thread's lease: the full script finds out which).
         """
-        assert op.expected_head is not None
-        return self._q(_APPEND), self._row_params(op.row, op, op.expected_head)
+        params = self._row_params(op.row, op, op.expected_head)
+        if op.expected_head is None:
+            params["ttl"] = op.ttl
+            return self._q(_CREATE), params
+        return self._q(_APPEND), params
 
     @staticmethod
-    def _row_params(row: StoredCheckpoint, op: ops.Insert, expected_head: str) -> dict[str, Any]:
+    def _row_params(row: StoredCheckpoint, op: ops.Insert, expected_head: str | None) -> dict[str, Any]:
         return {
             "thread": row.thread_id,
             "id": row.checkpoint_id,
@@ -195,26 +220,20 @@ class PostgresScripts:
         return (yield from self._visible_head(op.thread_id, op.now))
 
     def _read_meta(self, op: ops.ReadMeta) -> Script:
-        # One round trip in the common case: the thread's visible head and the row, joined.
+        # One round trip: the thread's visible head and the row, joined in one snapshot (no thread, no row).
         query = self._q(
             f"SELECT {', '.join('c.' + column for column in _META.split(', '))}, '', NULL, c.chain_bytes, "
-            "c.base_bytes FROM {threads} AS t JOIN {checkpoints} AS c ON c.thread_id = t.thread_id "
+            "c.base_bytes, t.head_id FROM {threads} AS t LEFT JOIN {checkpoints} AS c ON c.thread_id = t.thread_id "
             "AND c.checkpoint_id = COALESCE(%(checkpoint)s, t.head_id) WHERE t.thread_id = %(thread)s "
             "AND (t.expires_at IS NULL OR t.expires_at > %(now)s)"
         )
         params = {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "now": _epoch(op.now)}
-        for _ in range(3):
-            found = yield Stmt(query, params, ONE)
-            if found is not None:
-                return _row(found)
-            head = yield from self._visible_head(op.thread_id, op.now)
-            if head is None:
-                raise ThreadNotFoundError(op.thread_id)
-            if op.checkpoint_id is not None:
-                raise CheckpointNotFoundError(op.thread_id, op.checkpoint_id)
-            # The two statements see different moments: the thread was created (or its head moved) in between, by
-            # another run. Read again: the head's row is committed with the head.
-        raise CheckpointNotFoundError(op.thread_id, head)
+        found = yield Stmt(query, params, ONE)
+        if found is None:
+            raise ThreadNotFoundError(op.thread_id)
+        if found[1] is None:  # no such row: a checkpoint not in the thread (or a head whose row is gone)
+            raise CheckpointNotFoundError(op.thread_id, op.checkpoint_id or found[-1])
+        return _row(found[:-1])
 
     def _read_chain(self, op: ops.ReadChain) -> Script:
         # Each step of the walk is one primary-key lookup (LATERAL ... LIMIT 1 keeps the planner from hash-joining
@@ -339,6 +358,14 @@ class PostgresScripts:
     def _request_stop(self, op: ops.RequestStop) -> Script:
         query = self._q("UPDATE {leases} SET stop_requested = true WHERE thread_id = %s AND expires_at > %s")
         return (yield Stmt(query, (op.thread_id, _epoch(op.now)), COUNT, alone=True)) == 1
+
+    def release_statement(self, batch: list[ops.ReleaseLease]) -> tuple[sql.Composed, tuple[list[str], list[str]]]:
+        """The statement that releases several leases at once; it returns a row per lease it released."""
+        query = self._q(
+            "DELETE FROM {leases} AS l USING unnest(%s::text[], %s::text[]) AS r(thread_id, owner) "
+            "WHERE l.thread_id = r.thread_id AND l.owner = r.owner RETURNING l.thread_id, l.owner"
+        )
+        return query, ([op.thread_id for op in batch], [op.owner for op in batch])
 
     def _release(self, op: ops.ReleaseLease) -> Script:
         query = self._q("DELETE FROM {leases} WHERE thread_id = %s AND owner = %s")

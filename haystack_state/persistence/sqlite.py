@@ -171,7 +171,9 @@ class SQLiteCheckpointer(Checkpointer):
         self._all: list[sqlite3.Connection] = []
         self._single = threading.Lock() if self._path == ":memory:" else None
         self._executor: ThreadPoolExecutor | None = None
-        self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = weakref.WeakKeyDictionary()
+        self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit[ops.Insert]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._identity: tuple[int, int] | None = None
         self._handlers: dict[type, Callable[[sqlite3.Connection, Any], Any]] = {
             ops.Insert: self._insert,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from typing import TYPE_CHECKING
 
@@ -194,3 +195,90 @@ def test_a_closed_loops_connections_are_closed_when_a_new_loop_takes_its_id(back
 
     asyncio.run(main())
     assert cp.get(thread).values == {"xs": [0, 1]}
+
+
+def test_new_threads_first_commits_in_one_group_each_apply_or_fail_alone(backend: Harness) -> None:
+    """
+    First commits of new threads go with the other commits of the loop (on PostgreSQL, in the same batch): each new
+    thread is created once, and a creator that loses a race, meets an existing thread or another owner's lease fails
+    on its own.
+    """
+    fresh_threads = [_thread() for _ in range(6)]
+    raced, existing, held, appended = _thread(), _thread(), _thread(), _thread()
+    cp = backend.make()
+    old = cp.commit(existing, parent_id=None, expected_head=None, delta={"xs": extend([0])}, step=0, source="input")
+    root = cp.commit(appended, parent_id=None, expected_head=None, delta={"xs": extend([0])}, step=0, source="input")
+    cp.acquire_lease(held, owner="someone-else", ttl=60)
+    mine = cp.acquire_lease(fresh_threads[0], owner="me", ttl=60)
+
+    def create(thread_id: str, value: int, lease: object = None) -> object:
+        return cp.acommit(
+            thread_id,
+            parent_id=None,
+            expected_head=None,
+            delta={"xs": extend([value])},
+            step=0,
+            source="input",
+            lease=lease,  # type: ignore[arg-type]
+        )
+
+    async def main() -> list[object]:
+        commits = [create(t, i, mine if i == 0 else None) for i, t in enumerate(fresh_threads)]
+        commits += [create(raced, 1), create(raced, 2), create(existing, 9)]
+        commits.append(create(held, 9, cp.acquire_lease(_thread(), owner="me", ttl=60)))
+        commits.append(
+            cp.acommit(
+                appended,
+                parent_id=root.checkpoint_id,
+                expected_head=root.checkpoint_id,
+                delta={"xs": extend([1])},
+                step=1,
+                source="tools",
+            )
+        )
+        return await asyncio.gather(*commits, return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert all(not isinstance(r, BaseException) for r in results[:6]), results[:6]
+    race = results[6:8]
+    assert sum(isinstance(r, ThreadConflictError) for r in race) == 1, race
+    assert isinstance(results[8], ThreadConflictError) and old.checkpoint_id in str(results[8])
+    assert isinstance(results[9], ThreadBusyError) and "someone-else" in str(results[9])
+    assert not isinstance(results[10], BaseException)
+    with backend.make(cache_size=0) if backend.persistent else cp as fresh:
+        for index, thread_id in enumerate(fresh_threads):
+            assert fresh.get(thread_id).values == {"xs": [index]}
+            assert len(fresh.history(thread_id)) == 1
+        won = 1 if not isinstance(race[0], BaseException) else 2
+        assert fresh.get(raced).values == {"xs": [won]} and len(fresh.history(raced)) == 1
+        assert fresh.get(existing).values == {"xs": [0]} and len(fresh.history(existing)) == 1
+        assert fresh.head(held) is None
+        assert fresh.get(appended).values == {"xs": [0, 1]}
+
+
+def test_concurrent_lease_releases_each_report_whether_they_held_it(backend: Harness) -> None:
+    threads = [_thread() for _ in range(8)]
+    cp = backend.make()
+    leases = [cp.acquire_lease(t, owner=f"owner-{i}", ttl=60) for i, t in enumerate(threads)]
+    other = cp.acquire_lease(_thread(), owner="someone-else", ttl=60)
+    batches: list[int] = []
+    if backend.name == "postgres":  # record the batches the releases went in (the real statement still runs)
+        write = cp._release_batch  # type: ignore[attr-defined]
+
+        async def recording(connections: object, batch: list[object]) -> list[object]:
+            batches.append(len(batch))
+            return await write(connections, batch)  # type: ignore[no-any-return]
+
+        cp._release_batch = recording  # type: ignore[attr-defined]
+    not_mine = dataclasses.replace(other, owner="me")
+
+    async def main() -> list[bool]:
+        return await asyncio.gather(*(cp.arelease_lease(lease) for lease in [*leases, not_mine, leases[0]]))
+
+    results = asyncio.run(main())
+    # Each lease is released once: the same release twice in one batch reports it held once.
+    assert results[:8].count(True) + results[9:].count(True) == 8 and results[8] is False
+    assert all(cp.read_lease(t) is None for t in threads)
+    assert cp.read_lease(other.thread_id) == other
+    if backend.name == "postgres":
+        assert sum(batches) == 10 and len(batches) < 10, batches
