@@ -387,12 +387,7 @@ class ThreadSession:
             self._keep()
 
     def _hold_calls(self) -> Generator[Call, Any, None]:
-        lease: Lease = yield ("acquire_lease", (self.thread_id,), {})
-        try:
-            head = yield ("head", (self.thread_id,), {})
-        except BaseException:
-            yield ("release_lease", (lease,), {})
-            raise
+        lease, head = yield ("hold_thread", (self.thread_id,), {})  # the lease, then the head as it is once held
         if head != self.head_id:
             yield ("release_lease", (lease,), {})
             raise conflict_error(self.thread_id, self.head_id, head)

@@ -368,6 +368,27 @@ class Checkpointer(StateReader, FlowDriver):
         """:meth:`acquire_lease`, awaiting the storage."""
         return await self._adrive(self._acquire_flow(thread_id, owner, ttl))
 
+    def hold_thread(
+        self, thread_id: str, owner: str | None = None, ttl: float | None = None
+    ) -> tuple[Lease, str | None]:
+        """
+        :meth:`acquire_lease`, then read the thread's head as :meth:`head` would right after, in one operation (one
+        round trip on PostgreSQL): how a run starts on a thread it has loaded, checking that no commit landed since.
+
+        :param thread_id: The thread (it need not exist yet).
+        :param owner: Who takes the lease; a new unique owner id if None.
+        :param ttl: Its length in seconds; the checkpointer's ``lease_ttl`` if None.
+        :returns: The lease, and the thread's head id (None if the thread does not exist).
+        :raises ThreadBusyError: If another owner holds a live lease (naming it and when that lease expires).
+        """
+        return self._drive(self._hold_flow(thread_id, owner, ttl))
+
+    async def ahold_thread(
+        self, thread_id: str, owner: str | None = None, ttl: float | None = None
+    ) -> tuple[Lease, str | None]:
+        """:meth:`hold_thread`, awaiting the storage."""
+        return await self._adrive(self._hold_flow(thread_id, owner, ttl))
+
     def renew_lease(self, lease: Lease, ttl: float | None = None) -> Lease:
         """
         Extend a lease from now.
@@ -619,16 +640,24 @@ class Checkpointer(StateReader, FlowDriver):
             raise ThreadNotFoundError(thread_id)
 
     def _acquire_flow(self, thread_id: str, owner: str | None, ttl: float | None) -> Flow[Lease]:
-        from haystack_state.persistence.leases import busy_error
-
-        check_thread_id(thread_id)
-        owner = owner or new_owner()
-        now = utc_now()
-        expires = now + dt.timedelta(seconds=self._lease_seconds(ttl))
+        owner, now, expires = self._lease_terms(thread_id, owner, ttl)
         holder = yield ops.AcquireLease(thread_id, owner, now, expires)
-        if holder is not None:
-            raise busy_error(thread_id, holder[0], holder[1])
+        _refuse_held(thread_id, holder)
         return Lease(thread_id, owner, expires)
+
+    def _hold_flow(self, thread_id: str, owner: str | None, ttl: float | None) -> Flow[tuple[Lease, str | None]]:
+        owner, now, expires = self._lease_terms(thread_id, owner, ttl)
+        holder, head = yield ops.HoldThread(thread_id, owner, now, expires)
+        _refuse_held(thread_id, holder)
+        return Lease(thread_id, owner, expires), head
+
+    def _lease_terms(
+        self, thread_id: str, owner: str | None, ttl: float | None
+    ) -> tuple[str, dt.datetime, dt.datetime]:
+        """A lease's owner (a new one if None), the time now and its expiry."""
+        check_thread_id(thread_id)
+        now = utc_now()
+        return owner or new_owner(), now, now + dt.timedelta(seconds=self._lease_seconds(ttl))
 
     def _renew_flow(self, lease: Lease, ttl: float | None) -> Flow[Lease]:
         from haystack_state.persistence.leases import lost_error
@@ -652,6 +681,14 @@ class Checkpointer(StateReader, FlowDriver):
         if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds > 0:
             raise ValueError(f"A lease's ttl must be a positive number of seconds, got {ttl!r}.")
         return float(seconds)
+
+
+def _refuse_held(thread_id: str, holder: tuple[str, dt.datetime] | None) -> None:
+    """Raise ``ThreadBusyError`` naming a live lease's holder, if another owner holds one."""
+    from haystack_state.persistence.leases import busy_error
+
+    if holder is not None:
+        raise busy_error(thread_id, holder[0], holder[1])
 
 
 def _check_commit_args(

@@ -61,6 +61,7 @@ class InMemoryCheckpointer(Checkpointer):
             ops.DeleteCheckpoints: self._delete_checkpoints,
             ops.SetTTL: self._set_ttl,
             ops.AcquireLease: self._acquire,
+            ops.HoldThread: self._hold,
             ops.RenewLease: self._renew,
             ops.ReleaseLease: self._release,
             ops.ReadLease: lambda op: self._leases.get(op.thread_id),
@@ -201,6 +202,12 @@ class InMemoryCheckpointer(Checkpointer):
         self._leases[op.thread_id] = (op.owner, op.expires_at)
         self._stops = {stop for stop in self._stops if stop[0] != op.thread_id}
         return None
+
+    def _hold(self, op: ops.HoldThread) -> tuple[tuple[str, dt.datetime] | None, str | None]:
+        holder = self._acquire(ops.AcquireLease(op.thread_id, op.owner, op.now, op.expires_at))
+        if holder is not None:
+            return holder, None
+        return None, self._read_head(ops.ReadHead(op.thread_id, op.now))
 
     def _renew(self, op: ops.RenewLease) -> bool | None:
         holder = self._leases.get(op.thread_id)

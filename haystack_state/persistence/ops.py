@@ -20,6 +20,7 @@ __all__ = [
     "AcquireLease",
     "DeleteCheckpoints",
     "DeleteThread",
+    "HoldThread",
     "Insert",
     "Op",
     "ReadChain",
@@ -170,6 +171,19 @@ class AcquireLease:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class HoldThread:
+    """
+    :class:`AcquireLease`, then (once it is taken) read the thread's visible head, as :class:`ReadHead` would right
+    after. Returns ``(None, head)`` on success, or ``(holder, None)`` with the live holder's ``(owner, expires_at)``.
+    """
+
+    thread_id: str
+    owner: str
+    now: dt.datetime
+    expires_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RenewLease:
     """
     Extend ``owner``'s lease to ``expires_at``; returns None if it does not hold it (any more), else whether a stop
@@ -218,6 +232,7 @@ Op = (
     | DeleteCheckpoints
     | SetTTL
     | AcquireLease
+    | HoldThread
     | RenewLease
     | ReleaseLease
     | ReadLease
@@ -237,6 +252,7 @@ WRITES = (
     DeleteCheckpoints,
     SetTTL,
     AcquireLease,
+    HoldThread,
     RenewLease,
     ReleaseLease,
     RequestStop,
@@ -264,6 +280,7 @@ def describe(op: Op) -> str:
         DeleteCheckpoints: "pruning checkpoints",
         SetTTL: "setting the TTL",
         AcquireLease: "acquiring the lease",
+        HoldThread: "acquiring the lease",
         RenewLease: "renewing the lease",
         ReleaseLease: "releasing the lease",
         ReadLease: "reading the lease",

@@ -45,7 +45,7 @@ from haystack_state.migrations import migrate_postgres
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.grouping import Failed, GroupCommit
-from haystack_state.persistence.postgres_scripts import ALL, COUNT, ONE, PostgresScripts, Script
+from haystack_state.persistence.postgres_scripts import ALL, COUNT, ONE, PostgresScripts, Script, Stmt
 
 #: Append-only: the schema version is the number of migrations applied. Never edit or reorder an entry.
 #: ``{threads}``, ``{checkpoints}`` and ``{leases}`` are replaced by the schema-qualified table names.
@@ -93,6 +93,24 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "ALTER TABLE {leases} ADD COLUMN stop_requested boolean NOT NULL DEFAULT false",
     ),
 ]
+
+
+def _fetch(cursor: psycopg.Cursor[Any], stmt: Stmt) -> Any:
+    """A statement's result, as its ``fetch`` asks."""
+    if stmt.fetch == ONE:
+        return cursor.fetchone()
+    if stmt.fetch == ALL:
+        return cursor.fetchall()
+    return cursor.rowcount if stmt.fetch == COUNT else None
+
+
+async def _afetch(cursor: psycopg.AsyncCursor[Any], stmt: Stmt) -> Any:
+    """:func:`_fetch`, awaiting the cursor."""
+    if stmt.fetch == ONE:
+        return await cursor.fetchone()
+    if stmt.fetch == ALL:
+        return await cursor.fetchall()
+    return cursor.rowcount if stmt.fetch == COUNT else None
 
 
 class _Attempt:
@@ -238,6 +256,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
             ops.DeleteCheckpoints: self._delete_checkpoints,
             ops.SetTTL: self._set_ttl,
             ops.AcquireLease: self._acquire,
+            ops.HoldThread: self._hold,
             ops.RenewLease: self._renew,
             ops.ReleaseLease: self._release,
             ops.ReadLease: self._read_lease,
@@ -427,19 +446,18 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
                     value = stop.value
                     break
                 if write and not opened:
-                    if stmt.alone:
+                    if (stmt[0] if isinstance(stmt, tuple) else stmt).alone:
                         state.committing = True  # applied as soon as it runs: its outcome is unknown if the link dies
                     else:
                         conn.execute("BEGIN")
                         opened, state.committing = True, False
-                cursor = conn.execute(stmt.query, stmt.params)
-                state.committing = False
-                if stmt.fetch == ONE:
-                    result = cursor.fetchone()
-                elif stmt.fetch == ALL:
-                    result = cursor.fetchall()
+                if isinstance(stmt, tuple):
+                    with conn.pipeline():
+                        cursors = [conn.execute(one.query, one.params) for one in stmt]
+                    result = tuple(_fetch(cursor, one) for cursor, one in zip(cursors, stmt, strict=True))
                 else:
-                    result = cursor.rowcount if stmt.fetch == COUNT else None
+                    result = _fetch(conn.execute(stmt.query, stmt.params), stmt)
+                state.committing = False
         except BaseException:
             if opened and not state.dead():
                 conn.execute("ROLLBACK")
@@ -462,19 +480,18 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
                     value = stop.value
                     break
                 if write and not opened:
-                    if stmt.alone:
+                    if (stmt[0] if isinstance(stmt, tuple) else stmt).alone:
                         state.committing = True  # applied as soon as it runs: its outcome is unknown if the link dies
                     else:
                         await conn.execute("BEGIN")
                         opened, state.committing = True, False
-                cursor = await conn.execute(stmt.query, stmt.params)
-                state.committing = False
-                if stmt.fetch == ONE:
-                    result = await cursor.fetchone()
-                elif stmt.fetch == ALL:
-                    result = await cursor.fetchall()
+                if isinstance(stmt, tuple):
+                    async with conn.pipeline():
+                        acursors = [await conn.execute(one.query, one.params) for one in stmt]
+                    result = tuple([await _afetch(cursor, one) for cursor, one in zip(acursors, stmt, strict=True)])
                 else:
-                    result = cursor.rowcount if stmt.fetch == COUNT else None
+                    result = await _afetch(await conn.execute(stmt.query, stmt.params), stmt)
+                state.committing = False
         except BaseException:
             if opened and not state.dead():
                 await conn.execute("ROLLBACK")

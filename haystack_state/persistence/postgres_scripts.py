@@ -55,6 +55,12 @@ _CREATE = """
         %(metadata)s, %(delta)s, %(snapshot)s, %(chain)s, %(base)s FROM created
     RETURNING seq
 """
+# Insert the lease, or take over an expired one or one's own; otherwise nothing comes back (another owner holds it).
+_ACQUIRE = (
+    "INSERT INTO {leases} AS l (thread_id, owner, expires_at) VALUES (%(thread)s, %(owner)s, %(expires)s) "
+    "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, "
+    "stop_requested = false WHERE l.owner = excluded.owner OR l.expires_at <= %(now)s RETURNING 1"
+)
 _VISIBLE = "(expires_at IS NULL OR expires_at > %(now)s)"
 ONE, ALL, COUNT, NONE = "one", "all", "count", "none"
 
@@ -72,7 +78,9 @@ class Stmt:
     alone: bool = False
 
 
-Script = Generator[Stmt, Any, Any]
+#: A script yields a statement, or a tuple of them to send together in one round trip (each statement of a write
+#: must then be ``alone``; they run as one implicit transaction) and receive a tuple of their results.
+Script = Generator[Stmt | tuple[Stmt, ...], Any, Any]
 
 
 def _epoch(moment: dt.datetime) -> float:
@@ -331,21 +339,31 @@ class PostgresScripts:
         return (yield Stmt(query, params, COUNT, alone=True)) == 1
 
     def _acquire(self, op: ops.AcquireLease) -> Script:
-        # Insert, or take over an expired lease or one's own, in one statement; otherwise the holder comes back.
-        query = self._q(
-            "INSERT INTO {leases} AS l (thread_id, owner, expires_at) VALUES (%(thread)s, %(owner)s, %(expires)s) "
-            "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, "
-            "stop_requested = false WHERE l.owner = excluded.owner OR l.expires_at <= %(now)s RETURNING 1"
-        )
         params = {"thread": op.thread_id, "owner": op.owner, "expires": _epoch(op.expires_at), "now": _epoch(op.now)}
         for _ in range(3):  # a holder that releases between the two statements: try again
-            if (yield Stmt(query, params, ONE, alone=True)) is not None:
+            if (yield Stmt(self._q(_ACQUIRE), params, ONE, alone=True)) is not None:
                 return None
             holder = yield Stmt(
                 self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s"), (op.thread_id,), ONE
             )
             if holder is not None:
                 return (holder[0], _from_epoch(holder[1]))
+        raise CheckpointError(f"Thread '{op.thread_id}': the lease could not be acquired (it kept changing hands).")
+
+    def _hold(self, op: ops.HoldThread) -> Script:
+        # Two statements sent together (one round trip); the second sees what the first did, and every commit made
+        # before it (each statement reads its own snapshot): the head, once the lease is taken, or the holder.
+        params = {"thread": op.thread_id, "owner": op.owner, "expires": _epoch(op.expires_at), "now": _epoch(op.now)}
+        after = self._q(
+            f"SELECT (SELECT head_id FROM {{threads}} WHERE thread_id = %(thread)s AND {_VISIBLE}), "
+            "l.owner, l.expires_at FROM (SELECT 1) AS one LEFT JOIN {leases} AS l ON l.thread_id = %(thread)s"
+        )
+        for _ in range(3):  # a holder that releases between the two statements: try again
+            taken, found = yield (Stmt(self._q(_ACQUIRE), params, ONE, alone=True), Stmt(after, params, ONE))
+            if taken is not None:
+                return None, (str(found[0]) if found[0] is not None else None)
+            if found[1] is not None:
+                return (found[1], _from_epoch(found[2])), None
         raise CheckpointError(f"Thread '{op.thread_id}': the lease could not be acquired (it kept changing hands).")
 
     def _renew(self, op: ops.RenewLease) -> Script:

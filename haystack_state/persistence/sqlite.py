@@ -188,6 +188,7 @@ class SQLiteCheckpointer(Checkpointer):
             ops.DeleteCheckpoints: self._delete_checkpoints,
             ops.SetTTL: self._set_ttl,
             ops.AcquireLease: self._acquire,
+            ops.HoldThread: self._hold,
             ops.RenewLease: self._renew,
             ops.ReleaseLease: self._release,
             ops.ReadLease: self._read_lease,
@@ -612,6 +613,12 @@ class SQLiteCheckpointer(Checkpointer):
             (op.thread_id, op.owner, _epoch(op.expires_at)),
         )
         return None
+
+    def _hold(self, conn: sqlite3.Connection, op: ops.HoldThread) -> tuple[tuple[str, dt.datetime] | None, str | None]:
+        holder = self._acquire(conn, ops.AcquireLease(op.thread_id, op.owner, op.now, op.expires_at))
+        if holder is not None:
+            return holder, None
+        return None, self._visible_head(conn, op.thread_id, op.now)
 
     def _renew(self, conn: sqlite3.Connection, op: ops.RenewLease) -> bool | None:
         found = conn.execute(

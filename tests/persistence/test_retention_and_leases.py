@@ -65,6 +65,36 @@ def test_a_live_lease_refuses_other_owners_and_names_the_holder(backend: Harness
     assert other.acquire_lease(thread, owner="worker-b").owner == "worker-b"
 
 
+def test_hold_thread_takes_the_lease_and_reads_the_head_as_it_is_once_held(backend: Harness) -> None:
+    cp = backend.make()
+    other = backend.make() if backend.persistent else cp
+    thread, empty = new_thread(), new_thread()
+    first = commit_all(cp, thread, [{"x": replace(1)}, {"x": replace(2)}])[-1]
+    lease, head = cp.hold_thread(thread, owner="worker-a")
+    assert head == first.checkpoint_id and lease.owner == "worker-a"
+    assert other.read_lease(thread) == lease
+    with pytest.raises(ThreadBusyError) as busy:
+        other.hold_thread(thread, owner="worker-b")
+    assert busy.value.holder == "worker-a" and thread in str(busy.value)
+    assert other.read_lease(thread) == lease  # the refused holder took nothing
+    assert cp.release_lease(lease)
+    # a commit that lands between a load and the hold shows in the head the hold reads
+    moved = other.commit(
+        thread, parent_id=first.checkpoint_id, expected_head=first.checkpoint_id, delta={"x": replace(3)},
+        step=2, source="update",
+    )  # fmt: skip
+    lease_b, head_b = other.hold_thread(thread, owner="worker-b")
+    assert head_b == moved.checkpoint_id and cp.read_lease(thread) == lease_b
+
+    async def held_async() -> tuple[object, str | None]:
+        return await cp.ahold_thread(empty, owner="worker-c")
+
+    lease_c, head_c = asyncio.run(held_async())
+    assert head_c is None and other.read_lease(empty) == lease_c  # a thread that does not exist yet has no head
+    with pytest.raises(ValueError, match="thread_id"):
+        cp.hold_thread(5)  # type: ignore[arg-type]
+
+
 def test_an_expired_lease_is_taken_over_and_its_holder_cannot_commit(backend: Harness) -> None:
     cp = backend.make()
     thread = new_thread()
