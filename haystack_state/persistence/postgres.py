@@ -25,7 +25,7 @@ import collections
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
 try:
@@ -309,48 +309,33 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
 
     async def _append_batch(self, connections: _LoopConnections, batch: list[ops.Insert]) -> list[Any]:
         """
-        Apply the usual commits of several runs in one transaction (one round trip, one WAL flush: a group commit).
+        Apply the usual commits of several runs in one statement (one round trip, one WAL flush: a group commit).
         Each gets None once applied, or is run on its own (a commit that did not apply, say a stale head, runs the
         full script, which reports why; after a failure of the batch, each is looked up and run again if missing).
         """
         conn = await connections.get()
         state = _Attempt()
         state.conn = conn
-        counts = [0] * len(batch)
+        applied: set[tuple[str, str]] = set()
         failed: BaseException | None = None
         try:
-            # A statement per kind of commit (appends, new threads), each with many parameter sets: psycopg sends
-            # them pipelined; a row comes back per commit applied.
-            groups: dict[int, tuple[sql.Composed, list[tuple[int, dict[str, Any]]]]] = {}
-            for index, op in enumerate(batch):
-                query, params = self.append_statement(op)  # one query object per kind (they are cached)
-                groups.setdefault(id(query), (query, []))[1].append((index, params))
-            await conn.execute("BEGIN")
-            async with conn.cursor() as cursor:
-                for query, group in groups.values():
-                    await cursor.executemany(query, [params for _, params in group], returning=True)
-                    for index, _ in group:
-                        counts[index] = len(await cursor.fetchall())
-                        cursor.nextset()
-            state.committing = True
-            await conn.execute("COMMIT")
+            query, params = self.batch_statement(batch)
+            state.committing = True  # applied as soon as it runs: its outcome is unknown if the link dies
+            applied = {(row[0], row[1]) for row in await (await conn.execute(query, params)).fetchall()}
         except psycopg.Error as error:
             failed = error
-            if not state.dead() and not conn.closed:
-                with suppress(psycopg.Error):
-                    await conn.execute("ROLLBACK")
         except BaseException:
-            conn.pgconn.finish()  # cancelled mid-batch: a transaction may be open on it, so it is not reused
+            conn.pgconn.finish()  # cancelled mid-batch: the statement may be running on it, so it is not reused
             raise
         finally:
             connections.put(conn)
         results: list[Any] = []
-        for index, op in enumerate(batch):
-            if failed is None and counts[index] == 1:
+        for op in batch:
+            if (op.row.thread_id, op.row.checkpoint_id) in applied:
                 results.append(None)
                 continue
             try:
-                if failed is not None and state.committing and await asyncio.to_thread(self._applied, op):
+                if failed is not None and state.dead() and await asyncio.to_thread(self._applied, op):
                     results.append(None)
                     continue
                 results.append(await self._aexecute_alone(connections, op))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Generator
 from typing import Any
 
@@ -54,6 +55,38 @@ _CREATE = """
     SELECT %(thread)s, %(id)s, last_seq, %(parent)s, %(step)s, %(source)s, %(tools)s, %(keys)s, %(created)s,
         %(metadata)s, %(delta)s, %(snapshot)s, %(chain)s, %(base)s FROM created
     RETURNING seq
+"""
+# The usual commits of several runs (appends and new threads' first commits, as in _APPEND and _CREATE) in one
+# statement, their rows given as one JSON parameter: one round trip, a row back per commit applied. Two commits to
+# one thread in a batch: one applies, the other gets no row (then the full script finds out why).
+_BATCH = """
+    WITH input AS (
+        SELECT * FROM json_to_recordset(%s::json) AS i(thread text, id text, expected text, owner text,
+            now double precision, parent text, step bigint, source text, tools text, keys text, created timestamptz,
+            metadata text, delta text, snapshot text, chain bigint, base bigint, ttl double precision)
+    ), free AS (
+        SELECT * FROM input AS i WHERE i.owner IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {leases} AS l WHERE l.thread_id = i.thread AND l.owner <> i.owner AND l.expires_at > i.now)
+    ), moved AS (
+        UPDATE {threads} AS t SET head_id = i.id, last_seq = t.last_seq + 1, updated_at = i.created,
+            expires_at = CASE WHEN t.ttl IS NULL THEN NULL ELSE i.now + t.ttl END
+        FROM free AS i
+        WHERE i.expected IS NOT NULL AND t.thread_id = i.thread AND t.head_id = i.expected
+            AND (t.expires_at IS NULL OR t.expires_at > i.now)
+        RETURNING t.thread_id, t.head_id, t.last_seq
+    ), created AS (
+        INSERT INTO {threads} (thread_id, head_id, last_seq, created_at, updated_at, ttl, expires_at)
+        SELECT i.thread, i.id, 1, i.created, i.created, i.ttl, i.now + i.ttl FROM free AS i WHERE i.expected IS NULL
+        ON CONFLICT (thread_id) DO NOTHING
+        RETURNING thread_id, head_id, last_seq
+    )
+    INSERT INTO {checkpoints} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, changed_keys,
+        created_at, metadata, delta, snapshot, chain_bytes, base_bytes)
+    SELECT i.thread, i.id, w.last_seq, i.parent, i.step, i.source, i.tools, i.keys, i.created, i.metadata, i.delta,
+        i.snapshot, i.chain, i.base
+    FROM input AS i JOIN (SELECT * FROM moved UNION ALL SELECT * FROM created) AS w
+        ON w.thread_id = i.thread AND w.head_id = i.id
+    RETURNING thread_id, checkpoint_id
 """
 # Insert the lease, or take over an expired one or one's own; otherwise nothing comes back (another owner holds it).
 _ACQUIRE = (
@@ -197,6 +230,37 @@ class PostgresScripts:
             params["ttl"] = op.ttl
             return self._q(_CREATE), params
         return self._q(_APPEND), params
+
+    def batch_statement(self, batch: list[ops.Insert]) -> tuple[sql.Composed, tuple[str]]:
+        """
+        The statement that applies several usual commits (see :meth:`appends`); it returns the ``(thread_id,
+        checkpoint_id)`` of each one it applied.
+        """
+        rows = []
+        for op in batch:
+            row = op.row
+            rows.append(
+                {
+                    "thread": row.thread_id,
+                    "id": row.checkpoint_id,
+                    "expected": op.expected_head,
+                    "owner": op.lease_owner,
+                    "now": _epoch(op.now),
+                    "parent": row.parent_id,
+                    "step": row.step,
+                    "source": row.source,
+                    "tools": string_list_json(row.tool_names),
+                    "keys": string_list_json(row.changed_keys),
+                    "created": row.created_at.isoformat(),
+                    "metadata": row.metadata,
+                    "delta": row.delta,
+                    "snapshot": row.snapshot,
+                    "chain": row.chain_bytes,
+                    "base": row.base_bytes,
+                    "ttl": op.ttl,
+                }
+            )
+        return self._q(_BATCH), (json.dumps(rows),)
 
     @staticmethod
     def _row_params(row: StoredCheckpoint, op: ops.Insert, expected_head: str | None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 from typing import Any, NamedTuple
 
@@ -316,6 +317,7 @@ def _utc_time(value: Any) -> dt.datetime | None:
     return moment.astimezone(dt.UTC)
 
 
+@functools.lru_cache(maxsize=1024)  # the same few tuples come back at every step
 def string_list_json(items: tuple[str, ...]) -> str:
     """
     The stored form of ``tool_names`` and ``changed_keys``: a JSON array, ASCII-escaped (so NUL characters and lone
