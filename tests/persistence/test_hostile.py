@@ -74,6 +74,33 @@ def test_nul_and_lone_surrogates_are_stored_in_every_field_and_read_back_exactly
     assert reader.get(thread).values["messages"][-1].text == "still usable"
 
 
+def test_hostile_text_in_concurrent_async_commits_is_stored_exactly(backend: Harness) -> None:
+    """The async commits of concurrent runs (one group commit on PostgreSQL, new threads and appends) store it too."""
+    cp = backend.make()
+    threads = [new_thread() for _ in range(4)]
+    call = ToolCall(tool_name=HOSTILE_TEXT, arguments={HOSTILE_TEXT: HOSTILE_TEXT}, id=HOSTILE_TEXT)
+    messages = [ChatMessage.from_assistant(HOSTILE_TEXT, tool_calls=[call]), ChatMessage.from_tool(HOSTILE_TEXT, call)]
+
+    async def run(thread_id: str) -> None:
+        head = None
+        for message in messages:
+            meta = await cp.acommit(
+                thread_id, parent_id=head, expected_head=head, delta={"messages": extend([message])}, step=0,
+                source="tools", tool_names=[HOSTILE_TEXT], metadata={HOSTILE_TEXT: [HOSTILE_TEXT]},
+            )  # fmt: skip
+            head = meta.checkpoint_id
+
+    async def main() -> None:
+        await asyncio.gather(*(run(thread_id) for thread_id in threads))
+
+    asyncio.run(main())
+    reader = backend.make(cache_size=0) if backend.persistent else cp
+    for thread_id in threads:
+        assert reader.get(thread_id).values["messages"] == messages
+        assert all(meta.tool_names == (HOSTILE_TEXT,) for meta in reader.history(thread_id))
+        assert all(meta.metadata == {HOSTILE_TEXT: [HOSTILE_TEXT]} for meta in reader.history(thread_id))
+
+
 # --- thread ids -------------------------------------------------------------------------------------------------
 
 
