@@ -338,26 +338,33 @@ class ThreadSession:
         return session
 
     def _open_calls(self, checkpoint_id: str | None, lease: bool) -> Generator[Call, Any, None]:
-        if lease:
-            # Refuse a thread a live run holds before doing anything; the lease itself is taken by :meth:`hold`,
-            # once the run's inputs are checked (a run refused for bad input writes nothing at all).
-            holder: Lease | None = yield ("read_lease", (self.thread_id,), {})
+        checkpoint = None
+        if lease and checkpoint_id is None:
+            # Refuse a thread a live run holds before doing anything (its lease and head are read together); the
+            # lease itself is taken by :meth:`hold`, once the run's inputs are checked (a run refused for bad input
+            # writes nothing at all). Read-only: the values are shared with the checkpointer's cache; a State copies
+            # what it keeps, and a snapshot hands them out read-only.
+            holder: Lease | None
+            holder, checkpoint = yield ("open_thread", (self.thread_id,), {"read_only": True})
             if holder is not None:
                 raise busy_error(self.thread_id, holder.owner, holder.expires_at)
             self._wants_lease = True
-        # The first commit expects the head this session saw: the checkpoint it loaded (read as one, even if another
-        # writer moves the head meanwhile), or for a fork the head read before the fork point. A commit in between
-        # makes that commit fail with ThreadConflictError; nothing of it is silently dropped.
-        checkpoint = None
-        if checkpoint_id is not None:
-            self.head_id = yield ("head", (self.thread_id,), {})
-        try:
-            # Read-only: the values are shared with the checkpointer's cache; a State copies what it keeps, and a
-            # snapshot hands them out read-only.
-            checkpoint = yield ("get", (self.thread_id, checkpoint_id), {"read_only": True})
-        except ThreadNotFoundError:
+        else:
+            if lease:
+                holder = yield ("read_lease", (self.thread_id,), {})
+                if holder is not None:
+                    raise busy_error(self.thread_id, holder.owner, holder.expires_at)
+                self._wants_lease = True
+            # The first commit expects the head this session saw: the checkpoint it loaded (read as one, even if
+            # another writer moves the head meanwhile), or for a fork the head read before the fork point. A commit
+            # in between makes that commit fail with ThreadConflictError; nothing of it is silently dropped.
             if checkpoint_id is not None:
-                raise
+                self.head_id = yield ("head", (self.thread_id,), {})
+            try:
+                checkpoint = yield ("get", (self.thread_id, checkpoint_id), {"read_only": True})
+            except ThreadNotFoundError:
+                if checkpoint_id is not None:
+                    raise
         if checkpoint is not None:
             if checkpoint_id is None:
                 self.head_id = checkpoint.checkpoint_id

@@ -368,6 +368,22 @@ class Checkpointer(StateReader, FlowDriver):
         """:meth:`acquire_lease`, awaiting the storage."""
         return await self._adrive(self._acquire_flow(thread_id, owner, ttl))
 
+    def open_thread(self, thread_id: str, *, read_only: bool = False) -> tuple[Lease | None, Checkpoint | None]:
+        """
+        :meth:`read_lease` and :meth:`get` of the head, read together (one round trip on PostgreSQL): how a run opens
+        its thread.
+
+        :param thread_id: The thread.
+        :param read_only: As for :meth:`get`.
+        :returns: The thread's live lease (None if no run holds it) and its head checkpoint (None if the thread does
+            not exist, and not read when another run holds the lease: that run is about to change it).
+        """
+        return self._drive(self._open_flow(thread_id, read_only))
+
+    async def aopen_thread(self, thread_id: str, *, read_only: bool = False) -> tuple[Lease | None, Checkpoint | None]:
+        """:meth:`open_thread`, awaiting the storage."""
+        return await self._adrive(self._open_flow(thread_id, read_only))
+
     def hold_thread(
         self, thread_id: str, owner: str | None = None, ttl: float | None = None
     ) -> tuple[Lease, str | None]:
@@ -591,7 +607,20 @@ class Checkpointer(StateReader, FlowDriver):
         if checkpoint_id is not None and not valid_checkpoint_id(checkpoint_id):
             raise CheckpointNotFoundError(thread_id, repr(checkpoint_id))
         row: StoredCheckpoint = yield ops.ReadMeta(thread_id, checkpoint_id, utc_now())
-        state = yield from self._materialize(row, cache=checkpoint_id is None, read_only=read_only)
+        return (yield from self._checkpoint_flow(row, checkpoint_id is None, read_only))
+
+    def _open_flow(self, thread_id: str, read_only: bool) -> Flow[tuple[Lease | None, Checkpoint | None]]:
+        check_thread_id(thread_id)
+        holder, row = yield ops.OpenThread(thread_id, None, utc_now())
+        if holder is not None and holder[1] > utc_now():
+            return Lease(thread_id, holder[0], holder[1]), None
+        if row is None:
+            return None, None
+        return None, (yield from self._checkpoint_flow(row, True, read_only))
+
+    def _checkpoint_flow(self, row: StoredCheckpoint, head: bool, read_only: bool) -> Flow[Checkpoint]:
+        """The checkpoint of a row read (``head``: the thread's head, then its state is cached)."""
+        state = yield from self._materialize(row, cache=head, read_only=read_only)
         if state.plain is not None:
             values = state.plain
         elif read_only:

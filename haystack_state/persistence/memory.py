@@ -52,6 +52,7 @@ class InMemoryCheckpointer(Checkpointer):
             ops.Insert: self._insert,
             ops.ReadHead: self._read_head,
             ops.ReadMeta: self._read_meta,
+            ops.OpenThread: self._open_thread,
             ops.ReadChain: self._read_chain,
             ops.ReadHistory: self._read_history,
             ops.ReadThreads: self._read_threads,
@@ -111,6 +112,13 @@ class InMemoryCheckpointer(Checkpointer):
         if row is None:
             raise CheckpointNotFoundError(op.thread_id, target)
         return row
+
+    def _open_thread(self, op: ops.OpenThread) -> tuple[tuple[str, dt.datetime] | None, StoredCheckpoint | None]:
+        holder = self._leases.get(op.thread_id)
+        try:
+            return holder, self._read_meta(ops.ReadMeta(op.thread_id, op.checkpoint_id, op.now))
+        except ThreadNotFoundError:
+            return holder, None
 
     def _read_chain(self, op: ops.ReadChain) -> list[ChainLink]:
         thread = self._threads.get(op.thread_id)

@@ -23,6 +23,7 @@ __all__ = [
     "HoldThread",
     "Insert",
     "Op",
+    "OpenThread",
     "ReadChain",
     "ReadHead",
     "ReadHistory",
@@ -68,6 +69,19 @@ class ReadMeta:
     """
     A checkpoint's row (the head's if ``checkpoint_id`` is None), without its delta; raises
     ``ThreadNotFoundError`` or ``CheckpointNotFoundError``.
+    """
+
+    thread_id: str
+    checkpoint_id: str | None
+    now: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpenThread:
+    """
+    :class:`ReadLease` and :class:`ReadMeta` read together: returns ``(holder, row)``, the lease as ``(owner,
+    expires_at)`` or None, and the checkpoint's row or None if the thread does not exist; raises
+    ``CheckpointNotFoundError``.
     """
 
     thread_id: str
@@ -223,6 +237,7 @@ Op = (
     Insert
     | ReadHead
     | ReadMeta
+    | OpenThread
     | ReadChain
     | ReadHistory
     | ReadThreads
@@ -271,6 +286,7 @@ def describe(op: Op) -> str:
         Insert: "commit",
         ReadHead: "reading the head",
         ReadMeta: "reading a checkpoint",
+        OpenThread: "reading a checkpoint",
         ReadChain: "reading a checkpoint's state",
         ReadHistory: "reading the history",
         ReadThreads: "listing threads",

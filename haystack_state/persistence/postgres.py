@@ -247,6 +247,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
             ops.Insert: self._insert,
             ops.ReadHead: self._read_head,
             ops.ReadMeta: self._read_meta,
+            ops.OpenThread: self._open_thread,
             ops.ReadChain: self._read_chain,
             ops.ReadHistory: self._read_history,
             ops.ReadThreads: self._read_threads,

@@ -307,6 +307,25 @@ class PostgresScripts:
             raise CheckpointNotFoundError(op.thread_id, op.checkpoint_id or found[-1])
         return _row(found[:-1])
 
+    def _open_thread(self, op: ops.OpenThread) -> Script:
+        # One round trip: the lease, the thread's visible head and the row, in one snapshot.
+        query = self._q(
+            f"SELECT l.owner, l.expires_at, {', '.join('c.' + column for column in _META.split(', '))}, '', NULL, "
+            "c.chain_bytes, c.base_bytes, t.head_id FROM (SELECT 1) AS one "
+            "LEFT JOIN {leases} AS l ON l.thread_id = %(thread)s "
+            "LEFT JOIN {threads} AS t ON t.thread_id = %(thread)s AND (t.expires_at IS NULL OR t.expires_at > %(now)s) "
+            "LEFT JOIN {checkpoints} AS c ON c.thread_id = t.thread_id "
+            "AND c.checkpoint_id = COALESCE(%(checkpoint)s, t.head_id)"
+        )
+        params = {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "now": _epoch(op.now)}
+        found = yield Stmt(query, params, ONE)
+        holder = (found[0], _from_epoch(found[1])) if found[0] is not None else None
+        if found[-1] is None:
+            return holder, None
+        if found[3] is None:  # no such row: a checkpoint not in the thread (or a head whose row is gone)
+            raise CheckpointNotFoundError(op.thread_id, op.checkpoint_id or found[-1])
+        return holder, _row(found[2:-1])
+
     def _read_chain(self, op: ops.ReadChain) -> Script:
         # Each step of the walk is one primary-key lookup (LATERAL ... LIMIT 1 keeps the planner from hash-joining
         # the whole thread at every step); it stops at a snapshot, at ``stop`` or at the root. PostgreSQL evaluates

@@ -179,6 +179,7 @@ class SQLiteCheckpointer(Checkpointer):
             ops.Insert: self._insert,
             ops.ReadHead: self._read_head,
             ops.ReadMeta: self._read_meta,
+            ops.OpenThread: self._open_thread,
             ops.ReadChain: self._read_chain,
             ops.ReadHistory: self._read_history,
             ops.ReadThreads: self._read_threads,
@@ -454,6 +455,15 @@ class SQLiteCheckpointer(Checkpointer):
         if found is None:
             raise CheckpointNotFoundError(op.thread_id, target)
         return _row(found)
+
+    def _open_thread(
+        self, conn: sqlite3.Connection, op: ops.OpenThread
+    ) -> tuple[tuple[str, dt.datetime] | None, StoredCheckpoint | None]:
+        holder = self._read_lease(conn, ops.ReadLease(op.thread_id))
+        try:
+            return holder, self._read_meta(conn, ops.ReadMeta(op.thread_id, op.checkpoint_id, op.now))
+        except ThreadNotFoundError:
+            return holder, None
 
     def _read_chain(self, conn: sqlite3.Connection, op: ops.ReadChain) -> list[ChainLink]:
         if op.stop_at is None:

@@ -95,6 +95,33 @@ def test_hold_thread_takes_the_lease_and_reads_the_head_as_it_is_once_held(backe
         cp.hold_thread(5)  # type: ignore[arg-type]
 
 
+def test_open_thread_reads_the_live_lease_and_the_head_together(backend: Harness) -> None:
+    cp = backend.make()
+    other = backend.make() if backend.persistent else cp
+    thread, missing = new_thread(), new_thread()
+    metas = commit_all(cp, thread, [{"x": replace(1)}, {"log": extend(["a", "b"])}])
+    assert other.open_thread(missing) == (None, None)
+    lease, checkpoint = other.open_thread(thread)
+    assert lease is None and checkpoint is not None
+    assert checkpoint.checkpoint_id == metas[-1].checkpoint_id and checkpoint.values == {"x": 1, "log": ["a", "b"]}
+    assert checkpoint.values == other.get(thread).values and checkpoint.meta == other.get(thread).meta
+    held = cp.acquire_lease(thread, owner="worker-a")
+    assert other.open_thread(thread) == (held, None)  # a live holder: the head is not read
+    cp.acquire_lease(missing, owner="worker-b", ttl=0.05)
+    time.sleep(0.1)
+    assert other.open_thread(missing) == (None, None)  # an expired lease holds nothing
+
+    async def opened() -> tuple[object, object]:
+        return await other.aopen_thread(thread, read_only=True)
+
+    assert asyncio.run(opened()) == (held, None)
+    cp.release_lease(held)
+    lease, checkpoint = asyncio.run(opened())
+    assert lease is None and checkpoint is not None and checkpoint.values["log"] == ["a", "b"]
+    with pytest.raises(ValueError, match="thread_id"):
+        cp.open_thread(5)  # type: ignore[arg-type]
+
+
 def test_an_expired_lease_is_taken_over_and_its_holder_cannot_commit(backend: Harness) -> None:
     cp = backend.make()
     thread = new_thread()
