@@ -227,14 +227,21 @@ def _encode_set(items: set[Any] | frozenset[Any]) -> list[Any]:
 
 
 def _encode_dict(mapping: dict[Any, Any], segment: Any) -> Any:
-    if TYPE_KEY not in mapping and all(type(key) is str for key in mapping):
+    if TYPE_KEY not in mapping:
         out = {}
         for key, item in mapping.items():
+            if type(key) is not str:  # keys that JSON cannot hold: the tagged form below
+                break
+            kind = type(item)
+            if kind is str or item is None or kind is int or kind is bool:
+                out[key] = item
+                continue
             try:
                 out[key] = _encode(item)
             except _Failure as failure:
                 raise failure.at(segment(key)) from None
-        return out
+        else:
+            return out
     pairs = []
     for key, item in mapping.items():
         try:

@@ -48,9 +48,17 @@ def _plain(value: Any) -> bool:
     if kind is float:
         return value == value and value not in (float("inf"), float("-inf"))
     if kind in _PLAIN_DICTS:
-        return "__type__" not in value and all(type(key) is str for key in value) and all(map(_plain, value.values()))
+        if "__type__" in value:
+            return False
+        for key, item in value.items():
+            if type(key) is not str or (type(item) not in _PLAIN_SCALARS and not _plain(item)):
+                return False
+        return True
     if kind in _PLAIN_LISTS:
-        return all(map(_plain, value))
+        for item in value:  # noqa: SIM110 - a loop: all() would build a generator per list, at every commit
+            if type(item) not in _PLAIN_SCALARS and not _plain(item):
+                return False
+        return True
     return False
 
 
