@@ -337,3 +337,54 @@ def test_a_dead_pooled_connection_is_retried_before_anything_runs(backend: Harne
     assert [m.checkpoint_id for m in cp.history(thread)] == [meta.checkpoint_id, metas[0].checkpoint_id]
     _terminate_pool(cp)
     assert cp.acquire_lease(thread).thread_id == thread
+
+
+@pytest.mark.postgres
+def test_dead_async_connections_are_retried_and_each_grouped_commit_applies_once(backend: Harness) -> None:
+    """The connections of the event loop die between two rounds of grouped commits (a server restart, a proxy)."""
+    if backend.name != "postgres":
+        pytest.skip("PostgreSQL only")
+    import psycopg
+
+    cp = backend.make()
+    threads = [new_thread() for _ in range(8)]
+
+    async def kill_loop_connections() -> None:
+        connections = cp._async_connections()
+        pids = [conn.info.backend_pid for conn in connections.open]
+        assert pids
+        with psycopg.connect(cp._dsn, autocommit=True) as admin:
+            for pid in pids:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    async def main() -> None:
+        roots = await asyncio.gather(
+            *(
+                cp.acommit(t, parent_id=None, expected_head=None, delta={"x": replace(0)}, step=0, source="input")
+                for t in threads
+            )
+        )
+        await kill_loop_connections()
+        await asyncio.gather(
+            *(
+                cp.acommit(
+                    t,
+                    parent_id=r.checkpoint_id,
+                    expected_head=r.checkpoint_id,
+                    delta={"x": replace(1)},
+                    step=1,
+                    source="tools",
+                )
+                for t, r in zip(threads, roots, strict=True)
+            )
+        )
+        await kill_loop_connections()
+        lease, head = await cp.ahold_thread(threads[0], owner="after-restart")
+        assert head == (await cp.ahead(threads[0]))
+        assert await cp.arelease_lease(lease)
+
+    asyncio.run(main())
+    reader = backend.make(cache_size=0)
+    for thread in threads:
+        assert reader.get(thread).values == {"x": 1}
+        assert [meta.step for meta in reader.history(thread)] == [1, 0]  # each commit applied once
