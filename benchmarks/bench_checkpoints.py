@@ -40,6 +40,7 @@ Usage::
     HAYSTACK_TELEMETRY_ENABLED=False python benchmarks/bench_checkpoints.py            # 800 steps
     HAYSTACK_TELEMETRY_ENABLED=False python benchmarks/bench_checkpoints.py --quick    # 100 steps, a smoke run
     HAYSTACK_TELEMETRY_ENABLED=False python benchmarks/bench_checkpoints.py --no-langgraph
+    HAYSTACK_TELEMETRY_ENABLED=False python benchmarks/bench_checkpoints.py --steps 20000 --no-langgraph  # long thread
 
 Reference (LangGraph ``SqliteSaver`` at 800 steps on this machine, from the issue): 484 KB per checkpoint, 196 MB
 database, 4.5 ms per put, 9.3 ms get_state, 7.4 s to list the history.
@@ -48,7 +49,9 @@ Targets (ours, at 800 steps): database at most 2.5 MB (after a checkpoint; see `
 step flat (last step within 10% of step 10, late growth per step at most 2x early growth); commit at most 0.5 ms of
 CPU per checkpoint (mean over the last 10%); reading the state read-only at most 2 ms; reads that hand out the whole
 state (fresh copies, cold reads, time travel, fork, a new turn) faster than LangGraph's; history at most 0.2 s. The exit
-status is 1 when a full run misses a target.
+status is 1 when a full run misses a target. Reported beside, not counted: committing a step (2 checkpoints) in at most
+150 us of CPU, and, from ``LONG_STEPS`` steps on, a cold ``agent.get_state`` in at most 50 ms (LangGraph's saver, which
+stores the whole state at every checkpoint, cannot run that long a thread here: run it with ``--no-langgraph``).
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ RESULT_FILLER = "Revenue rose in every product line; the largest gains came from
 # and two indexes the rest (2.3 MB in all, after 800 steps and the cold forks and turns this script adds).
 TARGET_DB_BYTES = int(2.5 * 1024 * 1024)
 TARGET_STEP_COMMIT_CPU_S = 150e-6  # issue 14: reported, not part of the exit status (see the report)
+TARGET_LONG_COLD_S = 50e-3  # issue 14: a cold agent.get_state of a LONG_STEPS-step thread; reported, not counted
+LONG_STEPS = 20_000
 TARGET_COMMIT_S = 0.5e-3
 TARGET_GET_S = 2e-3
 TARGET_HISTORY_S = 0.2
@@ -591,6 +596,15 @@ def report(ours: Result, theirs: Result | None, steps: int) -> list[tuple[str, b
         f"issue's 150 us ({verdict}; not part of the exit status: a SQLite transaction alone costs about 40 us of CPU "
         "here, see docs/RELIABILITY.md)"
     )
+
+    if steps >= LONG_STEPS:
+        cold = ours.reads["agent.get_state, cold"]
+        verdict = "met" if cold <= TARGET_LONG_COLD_S else "missed"
+        print(
+            f"  {ours.name}: agent.get_state of a {steps}-step thread, cold: {fmt_time(cold)} against the issue's "
+            f"{fmt_time(TARGET_LONG_COLD_S)} ({verdict}, {cold / TARGET_LONG_COLD_S:.1f}x the target; not part of the "
+            "exit status: a cold read decodes the whole state, see docs/RELIABILITY.md)"
+        )
 
     late_commit = ours.commit_mean(last, "checkpoint", "cpu")  # CPU time: see median_time
     flat_rows = ours.step_bytes[steps] <= FLAT_ROW_RATIO * ours.step_bytes[10]
