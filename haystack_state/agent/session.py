@@ -344,17 +344,11 @@ class ThreadSession:
             # lease itself is taken by :meth:`hold`, once the run's inputs are checked (a run refused for bad input
             # writes nothing at all). Read-only: the values are shared with the checkpointer's cache; a State copies
             # what it keeps, and a snapshot hands them out read-only.
-            holder: Lease | None
             holder, checkpoint = yield ("open_thread", (self.thread_id,), {"read_only": True})
-            if holder is not None:
-                raise busy_error(self.thread_id, holder.owner, holder.expires_at)
-            self._wants_lease = True
+            self._want_lease(holder)
         else:
             if lease:
-                holder = yield ("read_lease", (self.thread_id,), {})
-                if holder is not None:
-                    raise busy_error(self.thread_id, holder.owner, holder.expires_at)
-                self._wants_lease = True
+                self._want_lease((yield ("read_lease", (self.thread_id,), {})))
             # The first commit expects the head this session saw: the checkpoint it loaded (read as one, even if
             # another writer moves the head meanwhile), or for a fork the head read before the fork point. A commit
             # in between makes that commit fail with ThreadConflictError; nothing of it is silently dropped.
@@ -373,6 +367,12 @@ class ThreadSession:
             self._values = checkpoint.values
         self.parent_id = self.loaded.checkpoint_id if self.loaded is not None else None
         self.pending = _trailing_calls(self._values.get("messages") or []) if self.loaded else []
+
+    def _want_lease(self, holder: Lease | None) -> None:
+        """Refuse a thread whose lease another run holds; otherwise take the lease at :meth:`hold`."""
+        if holder is not None:
+            raise busy_error(self.thread_id, holder.owner, holder.expires_at)
+        self._wants_lease = True
 
     def hold(self) -> None:
         """

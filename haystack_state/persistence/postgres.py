@@ -95,22 +95,24 @@ MIGRATIONS: list[tuple[str, ...]] = [
 ]
 
 
+#: The cursor method that reads a statement's result, by its ``fetch`` (the others give the row count or None).
+_FETCH_METHODS = {ONE: "fetchone", ALL: "fetchall"}
+
+
+def _no_fetch(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any], stmt: Stmt) -> Any:
+    return cursor.rowcount if stmt.fetch == COUNT else None
+
+
 def _fetch(cursor: psycopg.Cursor[Any], stmt: Stmt) -> Any:
     """A statement's result, as its ``fetch`` asks."""
-    if stmt.fetch == ONE:
-        return cursor.fetchone()
-    if stmt.fetch == ALL:
-        return cursor.fetchall()
-    return cursor.rowcount if stmt.fetch == COUNT else None
+    method = _FETCH_METHODS.get(stmt.fetch)
+    return getattr(cursor, method)() if method is not None else _no_fetch(cursor, stmt)
 
 
 async def _afetch(cursor: psycopg.AsyncCursor[Any], stmt: Stmt) -> Any:
     """:func:`_fetch`, awaiting the cursor."""
-    if stmt.fetch == ONE:
-        return await cursor.fetchone()
-    if stmt.fetch == ALL:
-        return await cursor.fetchall()
-    return cursor.rowcount if stmt.fetch == COUNT else None
+    method = _FETCH_METHODS.get(stmt.fetch)
+    return await getattr(cursor, method)() if method is not None else _no_fetch(cursor, stmt)
 
 
 class _Attempt:

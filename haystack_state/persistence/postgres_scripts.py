@@ -23,42 +23,11 @@ from haystack_state.persistence.records import ChainLink, StoredCheckpoint, Thre
 __all__ = ["ALL", "COUNT", "NONE", "ONE", "PostgresScripts", "Script", "Stmt"]
 
 _META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
-_APPEND = """
-    WITH moved AS (
-        UPDATE {threads} SET head_id = %(id)s, last_seq = last_seq + 1, updated_at = %(created)s,
-            expires_at = CASE WHEN ttl IS NULL THEN NULL ELSE %(now)s + ttl END
-        WHERE thread_id = %(thread)s AND head_id = %(expected)s AND (expires_at IS NULL OR expires_at > %(now)s)
-        AND (%(owner)s::text IS NULL OR NOT EXISTS (
-            SELECT 1 FROM {leases} WHERE thread_id = %(thread)s AND owner <> %(owner)s AND expires_at > %(now)s))
-        RETURNING last_seq
-    )
-    INSERT INTO {checkpoints} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, changed_keys,
-        created_at, metadata, delta, snapshot, chain_bytes, base_bytes)
-    SELECT %(thread)s, %(id)s, last_seq, %(parent)s, %(step)s, %(source)s, %(tools)s, %(keys)s, %(created)s,
-        %(metadata)s, %(delta)s, %(snapshot)s, %(chain)s, %(base)s FROM moved
-    RETURNING seq
-"""
-# A new thread's first commit in one statement: create the thread, unless it exists (an expired one too: the full
-# path replaces it) or another owner holds a live lease on it, and insert the row.
-_CREATE = """
-    WITH created AS (
-        INSERT INTO {threads} (thread_id, head_id, last_seq, created_at, updated_at, ttl, expires_at)
-        SELECT %(thread)s, %(id)s, 1, %(created)s, %(created)s, %(ttl)s::double precision,
-            %(now)s + %(ttl)s::double precision
-        WHERE %(owner)s::text IS NULL OR NOT EXISTS (
-            SELECT 1 FROM {leases} WHERE thread_id = %(thread)s AND owner <> %(owner)s AND expires_at > %(now)s)
-        ON CONFLICT (thread_id) DO NOTHING
-        RETURNING last_seq
-    )
-    INSERT INTO {checkpoints} (thread_id, checkpoint_id, seq, parent_id, step, source, tool_names, changed_keys,
-        created_at, metadata, delta, snapshot, chain_bytes, base_bytes)
-    SELECT %(thread)s, %(id)s, last_seq, %(parent)s, %(step)s, %(source)s, %(tools)s, %(keys)s, %(created)s,
-        %(metadata)s, %(delta)s, %(snapshot)s, %(chain)s, %(base)s FROM created
-    RETURNING seq
-"""
-# The usual commits of several runs (appends and new threads' first commits, as in _APPEND and _CREATE) in one
-# statement, their rows given as one JSON parameter: one round trip, a row back per commit applied. Two commits to
-# one thread in a batch: one applies, the other gets no row (then the full script finds out why).
+# The usual commits (see PostgresScripts.appends) of one run or of several, in one statement, their rows given as one
+# JSON parameter: one round trip, a row back per commit applied. A child of the expected head moves the head if it is
+# the expected one and no other owner holds a live lease; a new thread's first commit creates the thread unless it
+# exists (an expired one too: the full script replaces it) or another owner holds its lease. Two commits to one thread
+# in a batch: one applies, the other gets no row (then the full script finds out why).
 _BATCH = """
     WITH input AS (
         SELECT * FROM json_to_recordset(%s::json) AS i(thread text, id text, expected text, owner text,
@@ -137,7 +106,7 @@ class PostgresScripts:
             # is the expected one and no other owner holds a live lease, and insert the row), or a new thread's first
             # (create it unless it exists or another owner holds its lease). If nothing was written, the full path
             # below finds out why.
-            inserted = yield Stmt(*self.append_statement(op), COUNT, alone=True)
+            inserted = yield Stmt(*self.batch_statement([op]), COUNT, alone=True)
             if inserted == 1:
                 return None
         if op.lease_owner is not None:
@@ -215,26 +184,16 @@ class PostgresScripts:
     @staticmethod
     def appends(op: ops.Insert) -> bool:
         """
-        Whether a commit is a usual one that one ``append_statement`` applies: a child of the expected head, or the
-        first checkpoint of a new thread.
+        Whether a commit is a usual one that ``batch_statement`` applies: a child of the expected head, or the first
+        checkpoint of a new thread.
         """
         return op.row.parent_id == op.expected_head
 
-    def append_statement(self, op: ops.Insert) -> tuple[sql.Composed, dict[str, Any]]:
-        """
-        The statement that applies a usual commit (see :meth:`appends`) and inserts one row, or none (then the head
-        moved, the thread exists, or another run holds the thread's lease: the full script finds out which).
-        """
-        params = self._row_params(op.row, op, op.expected_head)
-        if op.expected_head is None:
-            params["ttl"] = op.ttl
-            return self._q(_CREATE), params
-        return self._q(_APPEND), params
-
     def batch_statement(self, batch: list[ops.Insert]) -> tuple[sql.Composed, tuple[str]]:
         """
-        The statement that applies several usual commits (see :meth:`appends`); it returns the ``(thread_id,
-        checkpoint_id)`` of each one it applied.
+        The statement that applies usual commits (see :meth:`appends`); it returns the ``(thread_id, checkpoint_id)``
+        of each one it applied (none for a commit whose head moved, whose thread exists, or whose thread another run
+        holds: the full script finds out which).
         """
         rows = []
         for op in batch:
@@ -262,27 +221,6 @@ class PostgresScripts:
             )
         return self._q(_BATCH), (json.dumps(rows),)
 
-    @staticmethod
-    def _row_params(row: StoredCheckpoint, op: ops.Insert, expected_head: str | None) -> dict[str, Any]:
-        return {
-            "thread": row.thread_id,
-            "id": row.checkpoint_id,
-            "expected": expected_head,
-            "owner": op.lease_owner,
-            "now": _epoch(op.now),
-            "parent": row.parent_id,
-            "step": row.step,
-            "source": row.source,
-            "tools": string_list_json(row.tool_names),
-            "keys": string_list_json(row.changed_keys),
-            "created": row.created_at,
-            "metadata": row.metadata,
-            "delta": row.delta,
-            "snapshot": row.snapshot,
-            "chain": row.chain_bytes,
-            "base": row.base_bytes,
-        }
-
     def _visible_head(self, thread_id: str, now: dt.datetime) -> Script:
         query = self._q(f"SELECT head_id FROM {{threads}} WHERE thread_id = %(thread)s AND {_VISIBLE}")
         found = yield Stmt(query, {"thread": thread_id, "now": _epoch(now)}, ONE)
@@ -292,22 +230,12 @@ class PostgresScripts:
         return (yield from self._visible_head(op.thread_id, op.now))
 
     def _read_meta(self, op: ops.ReadMeta) -> Script:
-        # One round trip: the thread's visible head and the row, joined in one snapshot (no thread, no row).
-        query = self._q(
-            f"SELECT {', '.join('c.' + column for column in _META.split(', '))}, '', NULL, c.chain_bytes, "
-            "c.base_bytes, t.head_id FROM {threads} AS t LEFT JOIN {checkpoints} AS c ON c.thread_id = t.thread_id "
-            "AND c.checkpoint_id = COALESCE(%(checkpoint)s, t.head_id) WHERE t.thread_id = %(thread)s "
-            "AND (t.expires_at IS NULL OR t.expires_at > %(now)s)"
-        )
-        params = {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "now": _epoch(op.now)}
-        found = yield Stmt(query, params, ONE)
-        if found is None:
+        _, row = yield from self._open_thread(op)
+        if row is None:
             raise ThreadNotFoundError(op.thread_id)
-        if found[1] is None:  # no such row: a checkpoint not in the thread (or a head whose row is gone)
-            raise CheckpointNotFoundError(op.thread_id, op.checkpoint_id or found[-1])
-        return _row(found[:-1])
+        return row
 
-    def _open_thread(self, op: ops.OpenThread) -> Script:
+    def _open_thread(self, op: ops.OpenThread | ops.ReadMeta) -> Script:
         # One round trip: the lease, the thread's visible head and the row, in one snapshot.
         query = self._q(
             f"SELECT l.owner, l.expires_at, {', '.join('c.' + column for column in _META.split(', '))}, '', NULL, "
@@ -422,18 +350,10 @@ class PostgresScripts:
         return (yield Stmt(query, params, COUNT, alone=True)) == 1
 
     def _acquire(self, op: ops.AcquireLease) -> Script:
-        params = {"thread": op.thread_id, "owner": op.owner, "expires": _epoch(op.expires_at), "now": _epoch(op.now)}
-        for _ in range(3):  # a holder that releases between the two statements: try again
-            if (yield Stmt(self._q(_ACQUIRE), params, ONE, alone=True)) is not None:
-                return None
-            holder = yield Stmt(
-                self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s"), (op.thread_id,), ONE
-            )
-            if holder is not None:
-                return (holder[0], _from_epoch(holder[1]))
-        raise CheckpointError(f"Thread '{op.thread_id}': the lease could not be acquired (it kept changing hands).")
+        holder, _ = yield from self._hold(op)
+        return holder
 
-    def _hold(self, op: ops.HoldThread) -> Script:
+    def _hold(self, op: ops.HoldThread | ops.AcquireLease) -> Script:
         # Two statements sent together (one round trip); the second sees what the first did, and every commit made
         # before it (each statement reads its own snapshot): the head, once the lease is taken, or the holder.
         params = {"thread": op.thread_id, "owner": op.owner, "expires": _epoch(op.expires_at), "now": _epoch(op.now)}
