@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import uuid
+import weakref
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from haystack_state.errors import CodecError
-from haystack_state.persistence.chain import SNAPSHOT_CHUNK, state_json
+from haystack_state.persistence.chain import PROMOTE_AFTER, SNAPSHOT_CHUNK, paused_gc, state_json
 from haystack_state.persistence.codec import encode, from_json, to_json
 from haystack_state.persistence.delta import (
     ExtendError,
@@ -165,3 +167,58 @@ def test_a_snapshot_text_built_a_slice_at_a_time_is_the_text_of_the_whole_state(
     text = state_json(values)
     assert text == to_json({key: encode(value, key=key, compact=True) for key, value in values.items()})
     assert len(from_json(text)["messages"]) == length
+
+
+def test_a_large_paused_block_hands_what_it_built_to_the_old_generation_and_cycles_are_still_collected() -> None:
+    class Node:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: only the collector frees it
+
+    walks: list[dict[str, int]] = []
+
+    def record(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop":
+            walks.append(info)
+
+    gc.collect()
+    gc.callbacks.append(record)
+    try:
+        with paused_gc():
+            assert not gc.isenabled()
+            kept = [{"n": [i]} for i in range(PROMOTE_AFTER)]
+            garbage = Node()
+        assert gc.isenabled()
+        assert walks == [], "the collector walked what the block built"
+    finally:
+        gc.callbacks.remove(record)
+    old = {id(obj) for obj in gc.get_objects(generation=2)}
+    assert id(kept) in old and id(kept[-1]) in old and id(kept[-1]["n"]) in old
+    assert kept[-1] == {"n": [PROMOTE_AFTER - 1]}
+    ref = weakref.ref(garbage)
+    del garbage
+    gc.collect()
+    assert ref() is None, "a cycle built inside the block is never freed"
+
+
+def test_a_paused_block_leaves_the_processs_frozen_generation_alone() -> None:
+    gc.collect()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with paused_gc():
+            kept = [[i] for i in range(PROMOTE_AFTER * 2)]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() == frozen, "the process's frozen objects were released"
+        assert len(kept) == PROMOTE_AFTER * 2
+    finally:
+        gc.unfreeze()
+
+
+def test_a_small_paused_block_leaves_its_objects_young() -> None:
+    gc.collect()
+    with paused_gc():
+        kept = [[i] for i in range(100)]
+    assert gc.isenabled()
+    assert gc.get_count()[0] >= 100
+    assert len(kept) == 100
