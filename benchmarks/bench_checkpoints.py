@@ -51,14 +51,18 @@ CPU per checkpoint (mean over the last 10%); reading the state read-only at most
 state (fresh copies, cold reads, time travel, fork, a new turn) faster than LangGraph's; history at most 0.2 s. The exit
 status is 1 when a full run misses a target. Reported beside, not counted: committing a step (2 checkpoints) in at most
 150 us of CPU, and, from ``LONG_STEPS`` steps on, a cold ``agent.get_state`` in at most 50 ms (LangGraph's saver, which
-stores the whole state at every checkpoint, cannot run that long a thread here: run it with ``--no-langgraph``).
+stores the whole state at every checkpoint, cannot run that long a thread here: run it with ``--no-langgraph``), printed
+beside the least that building the same values costs this process (``state_floors``: ``pickle.loads`` of them, and
+``json.loads`` of their JSON text, with the garbage collector paused).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
+import pickle
 import sqlite3
 import statistics
 import sys
@@ -74,7 +78,7 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 from haystack import component
 from haystack.dataclasses import ChatMessage, ToolCall
 
-from haystack_state import Agent, tool
+from haystack_state import Agent, thaw, tool
 from haystack_state.persistence import SQLiteCheckpointer
 
 THREAD = "bench-thread"
@@ -180,6 +184,7 @@ class Result:
     db_after: int = 0  # main file + WAL after PRAGMA wal_checkpoint(TRUNCATE)
     reads: dict[str, float] = field(default_factory=dict)  # label -> median seconds
     notes: list[str] = field(default_factory=list)
+    floors: dict[str, float] = field(default_factory=dict)  # label -> median seconds (see state_floors)
 
     def commit_mean(self, steps: list[int], per: str, source: str = "wall") -> float:
         """
@@ -262,6 +267,39 @@ class GrowthSampler:
         }
 
 
+def state_floors(values: dict[str, Any], repeat: int) -> dict[str, float]:
+    """
+    What building a state's values costs this process at the least, whoever reads it: ``pickle.loads`` of the values
+    (every object built by C code), and ``json.loads`` of their JSON text (``to_dict`` data, parsed and nothing
+    built), both with the garbage collector paused, as a cold read pauses it. Median CPU seconds.
+    """
+    plain = {key: thaw(value) for key, value in values.items()}
+    blob = pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
+    text = json.dumps(
+        {
+            key: [item.to_dict() if isinstance(item, ChatMessage) else item for item in value]
+            for key, value in plain.items()
+        }
+    )
+
+    def paused(fn: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            gc.disable()
+            try:
+                return fn()
+            finally:
+                gc.enable()
+
+        return run
+
+    return {
+        "pickle.loads of the values": median_time(paused(lambda: pickle.loads(blob)), repeat),
+        f"json.loads of their JSON text ({len(text) / 1e6:.1f} MB)": median_time(
+            paused(lambda: json.loads(text)), repeat
+        ),
+    }
+
+
 # --- ours --------------------------------------------------------------------------------------------------------
 
 
@@ -314,6 +352,11 @@ def run_ours(path: Path, steps: int, repeat: int) -> Result:
     cold: list[SQLiteCheckpointer] = []
 
     def fresh() -> SQLiteCheckpointer:
+        # One cold checkpointer at a time, as in a fresh process: the one before is closed first (in setup, not timed),
+        # which frees the state its head cache holds. Kept open, each held a whole state (LangGraph's savers cache
+        # nothing), and every later read allocated beside them: at 20,000 steps that made a cold read 1.8x slower.
+        while cold:
+            cold.pop().close()
         cold.append(SQLiteCheckpointer(path))
         return cold[-1]
 
@@ -331,6 +374,8 @@ def run_ours(path: Path, steps: int, repeat: int) -> Result:
     )
     snapshot = agent.get_state(THREAD)
     assert len(snapshot.values["messages"]) == 2 * steps + 2 and len(snapshot.values["records"]) == steps
+    if steps >= LONG_STEPS:
+        result.floors = state_floors(snapshot.values, repeat)
     # A new turn on the head (load cold, a user message and a model reply, their commits); measured last: it grows
     # the thread.
     result.reads["new turn (a step at the head), cold"] = median_time(
@@ -605,6 +650,8 @@ def report(ours: Result, theirs: Result | None, steps: int) -> list[tuple[str, b
             f"{fmt_time(TARGET_LONG_COLD_S)} ({verdict}, {cold / TARGET_LONG_COLD_S:.1f}x the target; not part of the "
             "exit status: a cold read decodes the whole state, see docs/RELIABILITY.md)"
         )
+        for label, floor in ours.floors.items():
+            print(f"    the same values, {label}: {fmt_time(floor)} (a cold agent.get_state takes {cold / floor:.1f}x)")
 
     late_commit = ours.commit_mean(last, "checkpoint", "cpu")  # CPU time: see median_time
     flat_rows = ours.step_bytes[steps] <= FLAT_ROW_RATIO * ours.step_bytes[10]
