@@ -259,6 +259,14 @@ def shallow_copy(value: Any) -> Any:
     return _shallow_copy(value, _dataclass_info(type(value)))
 
 
+def copies_by_dict(kind: type) -> bool:
+    """
+    Whether a shallow copy of an instance of the dataclass ``kind`` is a new instance given the same ``__dict__``
+    (a plain class: no ``__slots__``, no custom copying or pickling), as :func:`shallow_copy` makes it.
+    """
+    return _dataclass_info(kind).fast_copy
+
+
 def _fields_set(value: Any) -> list[tuple[str, Any]]:
     """The dataclass fields of ``value`` that hold a value, with it."""
     fields = []

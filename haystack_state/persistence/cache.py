@@ -37,6 +37,7 @@ from haystack_state.values import (
     FrozenDictWithObjects,
     FrozenList,
     FrozenListWithObjects,
+    copies_by_dict,
     freeze,
     frozen_dict,
     frozen_list,
@@ -470,4 +471,27 @@ def _dataclass_copier(kind: type) -> Callable[[Any], Any]:
                 object.__setattr__(clone, name, copied)  # bypasses frozen dataclasses and haystack's mutation warning
         return clone
 
-    return copier
+    if not copies_by_dict(kind):
+        return copier
+    new = object.__new__
+
+    def dict_copier(value: Any) -> Any:
+        # A plain class (a ChatMessage, its parts, most dataclasses): the fields are read from and written to a copy of
+        # the instance's __dict__, with no attribute lookup or setattr per field (a fresh copy of a 20,000-step
+        # state's messages: median 468 -> 364 ms). A field missing from __dict__ (a class-level default) takes the
+        # general path.
+        fields = value.__dict__.copy()
+        for name in names:
+            inner = fields.get(name, _UNSET)
+            if inner is _UNSET:
+                return copier(value)
+            if type(inner) in _SHARED:
+                continue
+            copied = fresh_copy(inner)
+            if copied is not inner:
+                fields[name] = copied
+        clone: Any = new(kind)
+        clone.__dict__.update(fields)
+        return clone
+
+    return dict_copier

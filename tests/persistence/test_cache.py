@@ -285,6 +285,23 @@ def test_fresh_copy_is_equal_and_shares_nothing_mutable() -> None:
         assert not set(mutable_parts(copy)) & set(mutable_parts(source))
 
 
+@dataclasses.dataclass
+class Tagged:
+    tags: list[str]
+    label: str = "class default"
+
+
+def test_fresh_copy_of_a_dataclass_missing_a_field_in_its_dict_reads_as_the_source_does() -> None:
+    item = Tagged(["a"], "own")
+    del item.label  # the field now reads from the class, as a source built by hand or unpickled may
+    copy = fresh_copy(freeze(item))
+    assert copy == Tagged(["a"])
+    assert copy.label == "class default" and "label" not in vars(copy)
+    assert type(copy.tags) is list and copy.tags is not item.tags
+    whole = fresh_copy(Tagged(["b"], "own"))
+    assert whole == Tagged(["b"], "own") and type(whole.tags) is list
+
+
 def test_freeze_owned_gives_the_shape_freeze_gives() -> None:
     for value in rich_values().values():
         decoded = decode(encode(value))
