@@ -50,6 +50,15 @@ def _messages() -> list[ChatMessage]:
         ChatMessage.from_assistant(
             tool_calls=[ToolCall(tool_name="t", arguments=state_values.freeze({"a": [1, {"b": 2}]}), id="frozen-args")]
         ),
+        # Metas a read-only read builds in one pass (flat, or dicts of scalars), and ones it leaves to the codec.
+        ChatMessage.from_assistant(
+            "a usual reply",
+            meta={"model": "m", "index": 0, "finish_reason": "stop", "usage": {"prompt_tokens": 3, "cost": 0.5}},
+        ),
+        ChatMessage.from_assistant("nested, not flat", meta={"usage": {"details": {"cached": 1}}, "none": None}),
+        ChatMessage.from_assistant("a reserved key inside", meta={"note": {"__type__": "not a tag"}}),
+        ChatMessage.from_assistant("a reserved key", meta={"__type__": "not a tag", "k": 1}),
+        ChatMessage.from_assistant("a tagged value", meta={"score": math.inf, "k": 1}),
     ]
 
 
@@ -190,7 +199,7 @@ def test_the_compact_form_reads_back_as_from_dict_and_freeze_give(message: ChatM
 
 def test_the_usual_messages_are_stored_compact_and_the_others_as_to_dict() -> None:
     messages = _messages()
-    compact = [*messages[:11], messages[16]]  # any meta (encoded by the codec), plain arguments, text and tool parts
+    compact = [*messages[:11], *messages[16:]]  # any meta (encoded by the codec), plain arguments, text and tool parts
     for message in compact:
         data = encode(message, compact=True)["data"]
         assert isinstance(data, list) and len(data) == 4
