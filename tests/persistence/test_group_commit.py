@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -13,11 +14,32 @@ from haystack_state.errors import ThreadBusyError, ThreadConflictError
 from haystack_state.persistence import extend
 
 if TYPE_CHECKING:
+    from haystack_state.persistence import Checkpointer, CheckpointMeta, Lease
     from tests.persistence.conftest import Harness
 
 
 def _thread() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+def _root(cp: Checkpointer, thread_id: str) -> CheckpointMeta:
+    """A new thread's first checkpoint, ``xs == [0]``."""
+    return cp.commit(thread_id, parent_id=None, expected_head=None, delta={"xs": extend([0])}, step=0, source="input")
+
+
+def _append(
+    cp: Checkpointer, thread_id: str, head: CheckpointMeta, value: int, step: int = 1, lease: Lease | None = None
+) -> Coroutine[Any, Any, CheckpointMeta]:
+    """An async commit after ``head`` (the head the caller expects) that appends ``value`` to ``xs``."""
+    return cp.acommit(
+        thread_id,
+        parent_id=head.checkpoint_id,
+        expected_head=head.checkpoint_id,
+        delta={"xs": extend([value])},
+        step=step,
+        source="tools",
+        lease=lease,
+    )
 
 
 def test_many_concurrent_async_commits_all_apply_in_order(backend: Harness) -> None:
@@ -48,35 +70,13 @@ def test_many_concurrent_async_commits_all_apply_in_order(backend: Harness) -> N
 def test_a_stale_or_leased_commit_in_a_group_fails_alone(backend: Harness) -> None:
     thread, held = _thread(), _thread()
     cp = backend.make()
-    root = cp.commit(thread, parent_id=None, expected_head=None, delta={"xs": extend([0])}, step=0, source="input")
-    other = cp.commit(held, parent_id=None, expected_head=None, delta={"xs": extend([0])}, step=0, source="input")
+    root, other = _root(cp, thread), _root(cp, held)
     lease = cp.acquire_lease(held, owner="someone-else", ttl=60)
     mine = cp.acquire_lease(thread, owner="me", ttl=60)
 
     async def main() -> list[object]:
-        commits = [
-            cp.acommit(
-                thread,
-                parent_id=root.checkpoint_id,
-                expected_head=root.checkpoint_id,
-                delta={"xs": extend([i])},
-                step=1,
-                source="tools",
-                lease=mine,
-            )
-            for i in (1, 2)
-        ]
-        commits.append(
-            cp.acommit(
-                held,
-                parent_id=other.checkpoint_id,
-                expected_head=other.checkpoint_id,
-                delta={"xs": extend([9])},
-                step=1,
-                source="tools",
-                lease=mine,
-            )
-        )
+        commits = [_append(cp, thread, root, i, lease=mine) for i in (1, 2)]
+        commits.append(_append(cp, held, other, 9, lease=mine))
         return await asyncio.gather(*commits, return_exceptions=True)
 
     results = asyncio.run(main())
@@ -106,19 +106,7 @@ def test_group_commit_batches_respect_their_limit(backend: Harness, size: int) -
                 )
                 for t in threads
             ]
-            await asyncio.gather(
-                *(
-                    cp.acommit(
-                        t,
-                        parent_id=r.checkpoint_id,
-                        expected_head=r.checkpoint_id,
-                        delta={"xs": extend([1])},
-                        step=1,
-                        source="tools",
-                    )
-                    for t, r in zip(threads, roots, strict=True)
-                )
-            )
+            await asyncio.gather(*(_append(cp, t, r, 1) for t, r in zip(threads, roots, strict=True)))
 
         asyncio.run(main())
     with backend.make(cache_size=0) as fresh:
@@ -132,22 +120,12 @@ def test_a_commit_the_database_refuses_fails_alone_and_its_batch_still_applies(b
         pytest.skip("memory stores any int")
     threads = [_thread() for _ in range(6)]
     cp = backend.make()
-    roots = [
-        cp.commit(t, parent_id=None, expected_head=None, delta={"xs": extend([0])}, step=0, source="input")
-        for t in threads
-    ]
+    roots = [_root(cp, t) for t in threads]
 
     async def main() -> list[object]:
         return await asyncio.gather(
             *(
-                cp.acommit(
-                    t,
-                    parent_id=r.checkpoint_id,
-                    expected_head=r.checkpoint_id,
-                    delta={"xs": extend([1])},
-                    step=2**70 if index == 2 else 1,  # beyond a 64-bit integer column
-                    source="tools",
-                )
+                _append(cp, t, r, 1, step=2**70 if index == 2 else 1)  # beyond a 64-bit integer column
                 for index, (t, r) in enumerate(zip(threads, roots, strict=True))
             ),
             return_exceptions=True,
@@ -173,7 +151,7 @@ def test_a_closed_loops_connections_are_closed_when_a_new_loop_takes_its_id(back
 
     thread = _thread()
     cp = backend.make()
-    head = cp.commit(thread, parent_id=None, expected_head=None, delta={"xs": extend([0])}, step=0, source="input")
+    head = _root(cp, thread)
     closed = asyncio.new_event_loop()
     closed.close()
 
@@ -184,14 +162,7 @@ def test_a_closed_loops_connections_are_closed_when_a_new_loop_takes_its_id(back
         first.loop = weakref.ref(closed)  # what a closed loop's entry under this loop's id looks like
         assert cp._async_connections() is not first
         assert conn.closed  # closed, not dropped open
-        await cp.acommit(
-            thread,
-            parent_id=head.checkpoint_id,
-            expected_head=head.checkpoint_id,
-            delta={"xs": extend([1])},
-            step=1,
-            source="tools",
-        )
+        await _append(cp, thread, head, 1)
 
     asyncio.run(main())
     assert cp.get(thread).values == {"xs": [0, 1]}
@@ -206,8 +177,7 @@ def test_new_threads_first_commits_in_one_group_each_apply_or_fail_alone(backend
     fresh_threads = [_thread() for _ in range(6)]
     raced, existing, held, appended = _thread(), _thread(), _thread(), _thread()
     cp = backend.make()
-    old = cp.commit(existing, parent_id=None, expected_head=None, delta={"xs": extend([0])}, step=0, source="input")
-    root = cp.commit(appended, parent_id=None, expected_head=None, delta={"xs": extend([0])}, step=0, source="input")
+    old, root = _root(cp, existing), _root(cp, appended)
     cp.acquire_lease(held, owner="someone-else", ttl=60)
     mine = cp.acquire_lease(fresh_threads[0], owner="me", ttl=60)
 
@@ -226,16 +196,7 @@ def test_new_threads_first_commits_in_one_group_each_apply_or_fail_alone(backend
         commits = [create(t, i, mine if i == 0 else None) for i, t in enumerate(fresh_threads)]
         commits += [create(raced, 1), create(raced, 2), create(existing, 9)]
         commits.append(create(held, 9, cp.acquire_lease(_thread(), owner="me", ttl=60)))
-        commits.append(
-            cp.acommit(
-                appended,
-                parent_id=root.checkpoint_id,
-                expected_head=root.checkpoint_id,
-                delta={"xs": extend([1])},
-                step=1,
-                source="tools",
-            )
-        )
+        commits.append(_append(cp, appended, root, 1))
         return await asyncio.gather(*commits, return_exceptions=True)
 
     results = asyncio.run(main())
