@@ -156,7 +156,7 @@ def test_state_keys_are_optional_inputs_and_outputs() -> None:
     inputs = pipeline.inputs(include_components_with_connected_inputs=True)["agent"]
     outputs = pipeline.outputs()["agent"]
     run_options = {"streaming_callback", "thread_id", "checkpoint_id", "generation_kwargs", "tools", "hook_context"}
-    run_options.add("context")
+    run_options |= {"context", "on_unfinished_calls", "run_id"}
     assert set(inputs) == {"messages", *run_options, *SCHEMA}
     for key in SCHEMA:
         assert inputs[key]["is_mandatory"] is False

@@ -93,7 +93,7 @@ def test_a_killed_run_continues_in_another_process_to_the_uninterrupted_state(
     assert not snapshot.interrupted
     if pending:
         with pytest.raises(ValueError, match="not committed"):
-            agent.run(user("something else"), thread_id="t")
+            agent.run(user("something else"), thread_id="t", on_unfinished_calls="refuse")
         with pytest.raises(ValueError, match=r"not interrupted.*stopped early"):
             agent.resume("t", {"c2-0": "approve"})
         assert branch(cp, "t") == committed
@@ -150,7 +150,7 @@ def test_a_failed_tool_leaves_its_call_pending_and_a_run_without_messages_finish
     committed = branch(cp, "t")
     assert [m.source for m in committed] == ["input", "model", "tools", "model"]
     with pytest.raises(ValueError, match="not committed"):
-        agent.run(user("other"), thread_id="t")
+        agent.run(user("other"), thread_id="t", on_unfinished_calls="refuse")
     result = agent.run([], thread_id="t")
     assert result["scratch"] == ["s", "alpha-1", "alpha-2", "alpha-3"]
     expected_values, expected_shape = reference("alpha:3", scratch=["s"])

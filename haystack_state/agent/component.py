@@ -56,7 +56,7 @@ from haystack_state.agent.loop import (
 )
 from haystack_state.agent.prompts import PromptTemplates, RequiredVariables
 from haystack_state.agent.run_state import RUN_KEYS
-from haystack_state.agent.session import ThreadSession
+from haystack_state.agent.session import ThreadSession, UnfinishedCalls, check_unfinished_calls
 from haystack_state.agent.streaming import RunOptions, StreamMethods, model_callback, runtime_tools
 from haystack_state.agent.thread_methods import ThreadMethods
 from haystack_state.agent.toolbox import Toolbox, ToolsArg, check_names, unknown_names
@@ -166,6 +166,12 @@ class Agent(ThreadMethods, StreamMethods):
         (the default) for no timeout. A call over time is answered with a ``ToolTimeoutError`` and merges nothing.
     :param max_tool_calls: The most tool calls of one model reply that run; the others are answered with a
         ``ToolCallLimitError``. None for no limit.
+    :param on_unfinished_calls: What a run with new messages does on a thread whose last run stopped between the
+        model's tool calls and their results (a crash, a cancel): ``"finish"`` runs those calls first (a call that
+        was in flight at a crash runs again), ``"close"`` answers them with error results saying the run stopped,
+        ``"refuse"`` raises ``ThreadBusyError``; then the new messages are taken and the model answers. None (the
+        default) is ``"close"`` after a cancel (the user did not want those calls made) and ``"finish"`` after a
+        crash. ``run(on_unfinished_calls=...)`` overrides it per run.
     :raises TypeError: If tools are given and the chat generator's ``run`` does not accept ``tools``, or a hook is
         neither a ``Hook`` nor callable.
     :raises StateSchemaError: If the state schema is invalid.
@@ -180,7 +186,9 @@ class Agent(ThreadMethods, StreamMethods):
     __module__ = "haystack_state.agent"
     #: Inputs a ``ComponentTool`` wrapping the agent does not show the model: which thread a sub-agent runs on, and
     #: the run's live dependencies (``context``), are the application's choice, never the model's.
-    hidden_from_tools: ClassVar[frozenset[str]] = frozenset({"thread_id", "checkpoint_id", "context"})
+    hidden_from_tools: ClassVar[frozenset[str]] = frozenset(
+        {"thread_id", "checkpoint_id", "context", "on_unfinished_calls", "run_id"}
+    )
 
     def __init__(
         self,
@@ -205,6 +213,7 @@ class Agent(ThreadMethods, StreamMethods):
         interrupt_after: list[str] | None = None,
         tool_timeout: float | None = None,
         max_tool_calls: int | None = 64,
+        on_unfinished_calls: UnfinishedCalls | None = None,
     ) -> None:
         self.chat_generator = chat_generator
         self.tools = tools if tools is not None else []
@@ -235,6 +244,7 @@ class Agent(ThreadMethods, StreamMethods):
             raise ValueError("max_agent_steps and tool_concurrency_limit must be at least 1.")
         self.tool_timeout = check_timeout(tool_timeout, "Agent tool_timeout")
         self.max_tool_calls = check_max_tool_calls(max_tool_calls, "Agent max_tool_calls")
+        self.on_unfinished_calls = check_unfinished_calls(on_unfinished_calls, "Agent")
         self._generator_takes_tools = accepts(chat_generator.run, "tools")
         if context_policy is not None and not callable(getattr(context_policy, "plan", None)):
             raise TypeError(f"context_policy must have a plan(view) method, got {context_policy!r}.")
@@ -318,6 +328,7 @@ class Agent(ThreadMethods, StreamMethods):
             interrupt_before=frozenset(self.interrupt_before),
             interrupt_after=frozenset(self.interrupt_after),
             store=store,
+            on_unfinished_calls=self.on_unfinished_calls,
         )
         self._is_warmed_up = False
 
@@ -452,6 +463,8 @@ class Agent(ThreadMethods, StreamMethods):
             decisions=_resuming(options.decisions, options.answers),
             answers=options.answers,
             context=options.context,
+            on_unfinished_calls=check_unfinished_calls(options.on_unfinished_calls, "run()"),
+            run_id=options.run_id,
             traced_inputs={"messages": messages, "streaming_callback": callback, **kwargs},
             model_callback=model_callback(callback, sink, is_async=is_async),
             sink=sink,
@@ -514,6 +527,8 @@ class Agent(ThreadMethods, StreamMethods):
         tools: ToolsArg | list[str] | None = None,
         hook_context: dict[str, Any] | None = None,
         context: Any = None,
+        on_unfinished_calls: UnfinishedCalls | None = None,
+        run_id: str | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """
@@ -538,6 +553,10 @@ class Agent(ThreadMethods, StreamMethods):
             receive them through a parameter annotated ``RunContext[T]`` (hidden from the model), hooks as
             ``state.context``, loaders and context policies as their ``context``. The object is handed over as it
             is: never copied, stored, serialized, returned or shown to the model.
+        :param on_unfinished_calls: With new messages on a thread whose last run stopped mid-tools: ``"finish"``,
+            ``"close"`` or ``"refuse"`` (see the Agent's parameter, which applies if None).
+        :param run_id: An id of your own for the run (a server's run id), recorded in its checkpoints' metadata as
+            ``run_id``.
         :param kwargs: Initial values for state keys (written through their handlers), and the prompts' variables.
         :returns: ``messages``, ``last_message``, every state key, ``step_count`` (the run's model calls; on a
             continued run, those before it stopped included), ``exit_reason`` ("text", "length" or
@@ -560,7 +579,15 @@ class Agent(ThreadMethods, StreamMethods):
         self.warm_up()
         warm_up_tools(runtime_tools(tools))
         options = RunOptions(
-            streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context, context=context
+            streaming_callback,
+            thread_id,
+            checkpoint_id,
+            generation_kwargs,
+            tools,
+            hook_context,
+            context=context,
+            on_unfinished_calls=on_unfinished_calls,
+            run_id=run_id,
         )
         return self._execute(messages, kwargs, options)
 
@@ -575,6 +602,8 @@ class Agent(ThreadMethods, StreamMethods):
         tools: ToolsArg | list[str] | None = None,
         hook_context: dict[str, Any] | None = None,
         context: Any = None,
+        on_unfinished_calls: UnfinishedCalls | None = None,
+        run_id: str | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """
@@ -590,13 +619,23 @@ class Agent(ThreadMethods, StreamMethods):
         :param tools: The tools for this run (see :meth:`run`).
         :param hook_context: Per-run resources for hooks.
         :param context: The run's dependencies (see :meth:`run`).
+        :param on_unfinished_calls: See :meth:`run`.
+        :param run_id: See :meth:`run`.
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: The same outputs as :meth:`run`.
         """
         await self.warm_up_async()
         await warm_up_tools_async(runtime_tools(tools))
         options = RunOptions(
-            streaming_callback, thread_id, checkpoint_id, generation_kwargs, tools, hook_context, context=context
+            streaming_callback,
+            thread_id,
+            checkpoint_id,
+            generation_kwargs,
+            tools,
+            hook_context,
+            context=context,
+            on_unfinished_calls=on_unfinished_calls,
+            run_id=run_id,
         )
         return await self._execute_async(messages, kwargs, options)
 
@@ -688,6 +727,7 @@ class Agent(ThreadMethods, StreamMethods):
             store=self.store.to_dict() if self.store is not None else None,
             tool_timeout=self.tool_timeout,
             max_tool_calls=self.max_tool_calls,
+            on_unfinished_calls=self.on_unfinished_calls,
         )
 
     @classmethod

@@ -57,6 +57,7 @@ from haystack_state.agent.session import (
     HOOK_ANSWERS,
     Continuation,
     ThreadSession,
+    UnfinishedCalls,
     before_request,
     in_call_order,
     plan_continuation,
@@ -123,6 +124,8 @@ RESERVED_INPUTS = frozenset(
         "tools",
         "hook_context",
         "context",
+        "on_unfinished_calls",
+        "run_id",
         "stop_run",
         "continue_run",
     }
@@ -290,6 +293,8 @@ class LoopConfig:
     :param token_counter: Gives the token counter the policy measures with.
     :param summary_key: The state key holding the running summary, if the policy summarizes.
     :param store: The agent's long-term memory store, given to tools, hooks and loaders through ``RunContext``.
+    :param on_unfinished_calls: What new messages do on a thread whose last run stopped mid-tools (see
+        :data:`~haystack_state.agent.session.UnfinishedCalls`); by how it stopped if None.
     """
 
     schema: dict[str, FieldSpec]
@@ -304,6 +309,7 @@ class LoopConfig:
     token_counter: Callable[[], TokenCounter] | None = None
     summary_key: str | None = None
     store: Any = None
+    on_unfinished_calls: UnfinishedCalls | None = None
 
 
 @dataclasses.dataclass
@@ -328,6 +334,9 @@ class RunRequest:
     :param control: Lets another thread or process stop the run (see :class:`RunControl`).
     :param context: The run's dependencies (``run(context=...)``), handed to tools, hooks, loaders and the context
         policy in a :class:`RunContext`; never stored.
+    :param on_unfinished_calls: This run's policy for an unfinished thread (the Agent's if None).
+    :param run_id: The run's id, recorded in its checkpoints' metadata (``run_id``) when given; a fresh one that is
+        not recorded if None.
     """
 
     messages: list[ChatMessage]
@@ -345,6 +354,8 @@ class RunRequest:
     sink: EventSink | None = None
     control: RunControl | None = None
     context: Any = None
+    on_unfinished_calls: UnfinishedCalls | None = None
+    run_id: str | None = None
 
 
 class RunControl:
@@ -452,12 +463,17 @@ class AgentRun:
         self.hook_points = frozenset(point for point, hooks in config.hooks.items() if hooks)
         self.traced = tracing_enabled()
         self.planned: Continuation | None = None
+        #: The run's new messages, held back until the thread's unfinished step is finished or closed.
+        self.then_input = False
+        self.held: list[ChatMessage] = []
         self.continuing = False
         self.pending: list[ToolCall] = []
         if session is not None:
             # raises before anything is committed
-            self.planned = plan_continuation(session, request.messages, request.decisions, request.answers)
-            self.continuing = session.continues and not request.messages
+            policy = request.on_unfinished_calls or config.on_unfinished_calls
+            self.planned = plan_continuation(session, request.messages, request.decisions, request.answers, policy)
+            self.then_input = self.planned is not None and self.planned.then_input
+            self.continuing = session.continues and (not request.messages or self.then_input)
             self.pending = session.pending
         self.state = self._prepare_state()
         inputs = {key: _INPUT_READ_ONLY.format(key=key) for key, spec in config.schema.items() if spec.scope == "input"}
@@ -480,7 +496,10 @@ class AgentRun:
         # Toolsets are read again at every step: one may discover tools during the run.
         self.dynamic_tools = any(isinstance(item, Toolset) for item in request.tools)
         values = self.state.run_values
-        self.run_id = request.sink.run_id if request.sink is not None else str(uuid.uuid4())
+        if request.run_id is not None:
+            self.run_id = request.run_id
+        else:
+            self.run_id = request.sink.run_id if request.sink is not None else str(uuid.uuid4())
         self.run_context: RunContext[Any] = RunContext(
             request.context,
             thread_id=session.thread_id if session is not None else None,
@@ -553,9 +572,22 @@ class AgentRun:
         previous = session.run_metadata().get("run_start") if session is not None and self.continuing else None
         if isinstance(previous, int) and 0 <= previous <= stored:
             self.run_start = previous
-        if conversation:
+        if self.then_input:  # taken once the unfinished step is finished or closed (see _take_held_input)
+            self.held = conversation
+        elif conversation:
             state.set("messages", conversation)
         return state
+
+    def _take_held_input(self) -> Iterable[Effect]:
+        """Append the new messages held back while the thread's unfinished step was finished or closed."""
+        held, self.held = self.held, []
+        stored = len(self.state.view("messages") or [])
+        users = [i for i, message in enumerate(held) if message.is_from("user")]
+        self.run_start = stored + users[-1] if users else stored
+        self.state.run_values["exit_reason"] = None
+        if held:
+            self.state.set("messages", held)
+        return self._commit("input", continues=True)
 
     def _emit_custom(self, name: str, data: Any = None) -> None:
         """Deliver a ``CustomEvent`` (``RunContext.emit``, ``RunState.emit``) to the run's listener."""
@@ -648,6 +680,8 @@ class AgentRun:
         state = self.state
         values = state.run_values
         metadata: dict[str, Any] = {"run_step": self.step, "run_start": self.run_start, **extra}
+        if self.request.run_id is not None:
+            metadata["run_id"] = self.request.run_id
         if values["token_usage"]:
             metadata["usage"] = values["token_usage"]
         if any(values["tool_call_counts"].values()):
@@ -1105,6 +1139,9 @@ class AgentRun:
                 reason: str | None = None
                 if self.planned is not None:
                     reason = yield from self._continue(self.planned)
+                    if self.then_input and reason != EXIT_INTERRUPTED:  # the new messages come now, and the run goes on
+                        yield from self._take_held_input()
+                        reason = None
                 while reason is None and self.step < self.config.max_agent_steps:
                     self.current = self.step + 1
                     reason = yield from self._step(run_span)

@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import threading
 from collections.abc import Generator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from haystack import logging
 from haystack.dataclasses import ChatMessage, ToolCall
@@ -36,7 +36,10 @@ __all__ = [
     "REJECTED",
     "RUN_METADATA",
     "Call",
+    "UNFINISHED_CALLS",
     "Continuation",
+    "check_unfinished_calls",
+    "UnfinishedCalls",
     "ThreadSession",
     "ThreadSnapshot",
     "apply_decisions",
@@ -44,6 +47,7 @@ __all__ = [
     "in_call_order",
     "pending_tool_calls",
     "plan_continuation",
+    "unfinished_policy",
     "reset_run_scope",
 ]
 
@@ -51,6 +55,16 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 REJECTED = "A human reviewer rejected this tool call; it was not run."
+#: The error result of a call closed by ``on_unfinished_calls="close"``: ``{why}`` says how its run stopped.
+CLOSED = "This tool call was not run: the run that asked for it {why} before its tools ran, and the thread went on."
+
+UnfinishedCalls = Literal["finish", "close", "refuse"]
+"""
+What a run with new messages does on a thread whose last run stopped with tool calls unanswered (a crash, or a
+cancel, between the model's reply and its tools' results): ``"finish"`` runs them first, ``"close"`` answers them
+with error results saying the run stopped, ``"refuse"`` raises ``ThreadBusyError``. Then the new messages are taken.
+"""
+UNFINISHED_CALLS: tuple[UnfinishedCalls, ...] = ("finish", "close", "refuse")
 
 #: The checkpoint metadata that describes the run that wrote it: ``run_step`` (the model calls the run made so far),
 #: ``usage`` (the token usage it summed so far), ``continues`` (the run meant to go on), ``interrupted`` and
@@ -655,6 +669,8 @@ class Continuation:
     :param order: The pending calls' ids, in the model's order (the results are put in this order).
     :param answers: The answers to ``interrupt()`` calls so far, per call id (and :data:`HOOK_ANSWERS`).
     :param hooks: Whether the ``before_tool`` hooks run (again) before the calls.
+    :param then_input: Whether the run's new messages are taken once the unfinished step is finished or closed
+        (see :data:`UnfinishedCalls`), rather than at the start.
     """
 
     calling: list[ChatMessage]
@@ -662,6 +678,39 @@ class Continuation:
     order: list[str | None]
     answers: dict[str, list[Any]]
     hooks: bool
+    then_input: bool = False
+
+
+def check_unfinished_calls(policy: Any, where: str) -> UnfinishedCalls | None:
+    """An ``on_unfinished_calls`` value, checked: one of :data:`UNFINISHED_CALLS`, or None; else ValueError."""
+    if policy is None or policy in UNFINISHED_CALLS:
+        return policy  # type: ignore[no-any-return]
+    raise ValueError(
+        f"{where} on_unfinished_calls must be one of {', '.join(UNFINISHED_CALLS)} or None, got {policy!r}."
+    )
+
+
+def unfinished_policy(head: Mapping[str, Any] | None, policy: UnfinishedCalls | None) -> UnfinishedCalls:
+    """
+    The policy that applies to new messages on an unfinished thread: ``policy``, else ``"close"`` after a cancel
+    (its head is marked ``cancelled``) and ``"finish"`` after a crash.
+
+    :param head: The metadata of the thread's head checkpoint.
+    :param policy: The run's or the Agent's policy, if any.
+    """
+    if policy is not None:
+        return policy
+    return "close" if head is not None and head.get("cancelled") else "finish"
+
+
+def _closed(session: ThreadSession, calls: Sequence[ToolCall]) -> dict[str, ChatMessage]:
+    cancelled = session.loaded is not None and bool(session.loaded.metadata.get("cancelled"))
+    text = CLOSED.format(why="was cancelled" if cancelled else "stopped (its worker or process died)")
+    return {
+        str(call.id): ChatMessage.from_tool(tool_result=text, origin=call, error=True)
+        for call in calls
+        if call.id is not None
+    }
 
 
 def plan_continuation(
@@ -669,6 +718,7 @@ def plan_continuation(
     messages: Sequence[ChatMessage],
     decisions: Mapping[str, Any] | None,
     answers: Mapping[str, Any] | None = None,
+    policy: UnfinishedCalls | None = None,
 ) -> Continuation | None:
     """
     Check a run against the thread's pending tool calls and interrupt requests, and plan how it continues, before
@@ -679,9 +729,12 @@ def plan_continuation(
     :param decisions: ``Agent.resume``'s decisions on calls held by ``interrupt_before`` (and reviews of
         ``interrupt_after``), by call id; None for ``run``.
     :param answers: ``Agent.resume``'s answers to ``interrupt()`` requests (and reviews), by request id.
+    :param policy: What new messages do on a thread whose last run stopped early (see :data:`UnfinishedCalls`);
+        ``"close"`` after a cancel and ``"finish"`` after a crash if None. Without new messages, ``"close"`` answers
+        the pending calls with error results instead of running them.
     :returns: None if nothing is pending; otherwise the :class:`Continuation`.
-    :raises ThreadBusyError: If new messages come while the thread's last run has not finished (it runs elsewhere,
-        or it stopped early): a ``ThreadConflictError``, so a caller that retries on conflicts retries.
+    :raises ThreadBusyError: With ``policy="refuse"``, if new messages come while the thread's last run has not
+        finished (it stopped early): a ``ThreadConflictError``, so a caller that retries on conflicts retries.
     :raises ValueError: If the thread is interrupted and ``run`` was called (not ``resume``), if ``resume`` is called
         on a thread that is not interrupted, or for decisions and answers that do not fit the pending requests.
     """
@@ -696,12 +749,22 @@ def plan_continuation(
             "agent.resume(thread_id, decisions={call_id: 'approve' | 'reject' | {'arguments': {...}}}, "
             "answers={interrupt_id: answer})."
         )
-    if messages and (pending or session.continues):
-        unfinished = f"tool call(s) to {names} whose results are not committed" if pending else "an unfinished run"
-        raise ThreadBusyError(
-            f"Thread '{session.thread_id}' has {unfinished}: its last run stopped early (a crash) and no run holds "
-            "the thread now. Nothing was written. Finish that run first with agent.run(messages=[], thread_id=...)."
-        )
+    order: list[str | None] = [call.id for call in pending]
+    if messages and (pending or session.continues) and not resuming:
+        chosen = unfinished_policy(session.loaded.metadata if session.loaded is not None else None, policy)
+        if chosen == "refuse":
+            unfinished = f"tool call(s) to {names} whose results are not committed" if pending else "an unfinished run"
+            raise ThreadBusyError(
+                f"Thread '{session.thread_id}' has {unfinished}: its last run stopped early (a crash or a cancel) and "
+                "no run holds the thread now. Nothing was written. Finish that run first with "
+                "agent.run(messages=[], thread_id=...) (over HTTP: a run with input null), or send the messages "
+                "with on_unfinished_calls='finish' (run the calls first) or 'close' (answer them with errors) (over "
+                "HTTP: config={'configurable': {'on_unfinished_calls': ...}})."
+            )
+        if chosen == "close":
+            return Continuation([], _closed(session, pending), order, {}, False, then_input=True)
+        calling = [ChatMessage.from_assistant(tool_calls=list(pending))] if pending else []
+        return Continuation(calling, {}, order, {}, bool(pending), then_input=True)
     if resuming and not session.interrupted:
         hint = (
             f" Its pending tool call(s) to {names} come from a run that stopped early; agent.run(messages=[], "
@@ -710,10 +773,11 @@ def plan_continuation(
             else ""
         )
         raise ValueError(f"Thread '{session.thread_id}' is not interrupted: there is nothing to resume.{hint}")
-    order: list[str | None] = [call.id for call in pending]
     if not resuming:
         if not pending:
             return None
+        if policy == "close":
+            return Continuation([], _closed(session, pending), order, {}, False)
         return Continuation([ChatMessage.from_assistant(tool_calls=list(pending))], {}, order, {}, True)
     for name, given in (("decisions", decisions), ("answers", answers)):
         if given is not None and not isinstance(given, Mapping):

@@ -31,7 +31,7 @@ from haystack.tools.utils import warm_up_tools, warm_up_tools_async
 from haystack_state.agent.drive import Effects, RunCancelled, drive, drive_async
 from haystack_state.agent.events import AgentEvent, EventSink, ModelChunk, RunFailed, RunFinished
 from haystack_state.agent.loop import Effect, LoopConfig, RunControl, RunRequest, agent_loop
-from haystack_state.agent.session import ThreadSession
+from haystack_state.agent.session import ThreadSession, UnfinishedCalls
 
 if TYPE_CHECKING:
     from haystack_state.agent.toolbox import ToolsArg
@@ -52,6 +52,8 @@ class RunOptions:
     decisions: dict[str, Any] | None = None
     context: Any = None
     answers: dict[str, Any] | None = None
+    on_unfinished_calls: Any = None
+    run_id: str | None = None
 
 
 def check_resume(
@@ -153,6 +155,8 @@ class StreamMethods:
         context: Any = None,
         decisions: dict[str, Any] | None = None,
         answers: dict[str, Any] | None = None,
+        on_unfinished_calls: UnfinishedCalls | None = None,
+        run_id: str | None = None,
         **kwargs: Any,
     ) -> Iterator[AgentEvent]:
         """
@@ -176,6 +180,8 @@ class StreamMethods:
         :param decisions: Resume the interrupted thread ``thread_id`` with these decisions, as :meth:`resume` takes
             them (``messages`` empty): the resumed run's events are streamed.
         :param answers: Resume it with these answers to ``interrupt()`` requests, as :meth:`resume` takes them.
+        :param on_unfinished_calls: See :meth:`run`.
+        :param run_id: An id for the run (its events' ``run_id``), recorded in its checkpoints' metadata.
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: An iterator of events.
         """
@@ -184,6 +190,8 @@ class StreamMethods:
         warm_up_tools(runtime_tools(tools))
         events = _Handoff()
         sink = EventSink(events.put, thread_id)
+        if run_id is not None:
+            sink.run_id = run_id
         control = RunControl()
         control.gate = lambda: events.wait_taken(control)
         options = RunOptions(
@@ -196,6 +204,8 @@ class StreamMethods:
             decisions,
             context,
             answers,
+            on_unfinished_calls,
+            run_id,
         )
         request = self._prepare(messages, kwargs, options, is_async=False, sink=sink, control=control)
         session = self._open(options)
@@ -220,6 +230,8 @@ class StreamMethods:
         context: Any = None,
         decisions: dict[str, Any] | None = None,
         answers: dict[str, Any] | None = None,
+        on_unfinished_calls: UnfinishedCalls | None = None,
+        run_id: str | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[AgentEvent]:
         """
@@ -237,6 +249,8 @@ class StreamMethods:
         :param decisions: Resume the interrupted thread ``thread_id`` with these decisions, as :meth:`resume` takes
             them (``messages`` empty): the resumed run's events are streamed.
         :param answers: Resume it with these answers to ``interrupt()`` requests, as :meth:`resume` takes them.
+        :param on_unfinished_calls: See :meth:`run`.
+        :param run_id: An id for the run (its events' ``run_id``), recorded in its checkpoints' metadata.
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: An async iterator of events.
         """
@@ -250,6 +264,8 @@ class StreamMethods:
             loop.call_soon_threadsafe(events.put_nowait, event)
 
         sink = EventSink(deliver, thread_id)
+        if run_id is not None:
+            sink.run_id = run_id
         control = RunControl()
         options = RunOptions(
             streaming_callback,
@@ -261,6 +277,8 @@ class StreamMethods:
             decisions,
             context,
             answers,
+            on_unfinished_calls,
+            run_id,
         )
         request = self._prepare(messages, kwargs, options, is_async=True, sink=sink, control=control)
         session = await self._open_async(options)
