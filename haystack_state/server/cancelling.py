@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from haystack_state.agent.session import RUN_METADATA
 from haystack_state.errors import ThreadNotFoundError
 from haystack_state.persistence.delta import delete, replace
 
@@ -19,10 +20,11 @@ CANCEL_ACTIONS = ("interrupt", "rollback")
 
 def close_cancelled_run(agent: Any, thread_id: str, run_id: str) -> None:
     """
-    Mark a cancelled run as over on its thread, so that the thread takes new messages: its head (which the run
-    committed meaning to go on) gets a child checkpoint with the same values that does not continue it. A run
-    cancelled after the model asked for tools leaves those calls pending: then the thread is left as it is, and its
-    next run with no new messages runs them (the Agent refuses new messages before that).
+    Mark a cancelled run as over on its thread: its head (which the run committed meaning to go on) gets a child
+    checkpoint with the same values, marked ``cancelled``, that does not continue it. A run cancelled after the model
+    asked for tools leaves those calls pending: new messages then follow the Agent's ``on_unfinished_calls`` policy,
+    which by default answers them with error results after a cancel (the user did not want them made); a run with
+    no new messages runs them.
 
     :param agent: The thread's Agent.
     :param thread_id: The thread.
@@ -33,8 +35,14 @@ def close_cancelled_run(agent: Any, thread_id: str, run_id: str) -> None:
     except ThreadNotFoundError:
         return
     meta = snapshot.checkpoint
-    if snapshot.pending_tool_calls or not meta.metadata.get("continues"):
+    if not (snapshot.pending_tool_calls or meta.metadata.get("continues")) or snapshot.interrupts:
         return
+    # With calls pending, the run can still be finished (agent.run([], thread_id=...)): what it counted goes along.
+    carried = (
+        {key: meta.metadata[key] for key in RUN_METADATA if key in meta.metadata and key != "continues"}
+        if snapshot.pending_tool_calls
+        else {}
+    )
     agent.checkpointer.commit(
         thread_id,
         parent_id=meta.checkpoint_id,
@@ -42,7 +50,7 @@ def close_cancelled_run(agent: Any, thread_id: str, run_id: str) -> None:
         delta={},
         step=meta.step,
         source="update",
-        metadata={"cancelled": {"run_id": run_id}},
+        metadata={**carried, "cancelled": {"run_id": run_id}},
     )
 
 

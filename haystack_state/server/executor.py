@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal, Protocol
@@ -28,7 +29,7 @@ from haystack.dataclasses import ChatMessage
 
 from haystack_state.agent import Agent
 from haystack_state.agent.events import AgentEvent, RunStarted
-from haystack_state.errors import ThreadNotFoundError
+from haystack_state.errors import ThreadBusyError, ThreadNotFoundError
 from haystack_state.server.assistants import Assistant
 from haystack_state.server.streams import StreamTranslator
 from haystack_state.server.views import outcome_status, values_view
@@ -62,6 +63,10 @@ class RunJob:
     :param answers: ``Agent.resume`` answers, for a run that answers in-tool interrupts.
     :param checkpoint_id: Fork from this checkpoint instead of the head.
     :param stream_modes: The stream modes to make (none for a run whose caller waits for its end only).
+    :param attempt: Which attempt of the run this is (more than 1: its worker stopped before it ended, and this
+        attempt resumes it from the thread's last checkpoint).
+    :param on_unfinished_calls: The run's policy for new input on a thread whose last run stopped mid-tools
+        (``Agent.run(on_unfinished_calls=...)``); the Agent's own if None.
     """
 
     run_id: str
@@ -73,6 +78,8 @@ class RunJob:
     answers: dict[str, Any] | None = None
     checkpoint_id: str | None = None
     stream_modes: tuple[str, ...] = ("values",)
+    attempt: int = 1
+    on_unfinished_calls: str | None = None
 
     @property
     def resuming(self) -> bool:
@@ -106,6 +113,61 @@ class RunOutcome:
 def error_payload(error: BaseException) -> dict[str, str]:
     """The stream's (and ``runs/wait``'s) error shape for an exception."""
     return {"error": type(error).__name__, "message": str(error) or type(error).__name__}
+
+
+async def _chain(first: AgentEvent, events: AsyncIterator[AgentEvent]) -> AsyncIterator[AgentEvent]:
+    yield first
+    async for event in events:
+        yield event
+
+
+async def _outlive(agent: Agent, thread_id: str, error: ThreadBusyError, *, wait: bool) -> bool:
+    """
+    Wait until the lease of a run that stopped no longer holds a thread: release it at once if its process (of this
+    host) is gone; else, with ``wait``, sleep until it expires. Returns False if the lease is held still (a live run
+    renewed it, or it is not for us to wait).
+    """
+    from haystack_state.server.runs import process_gone  # (runs imports this module)
+
+    checkpointer = agent.checkpointer
+    assert checkpointer is not None
+    lease = await checkpointer.aread_lease(thread_id)
+    if lease is None:
+        return True
+    if lease.owner != error.holder and error.holder is not None:
+        return False
+    if process_gone(lease.owner):
+        await checkpointer.arelease_lease(lease)
+        return True
+    if not wait:
+        return False
+    seconds = (lease.expires_at - dt.datetime.now(dt.UTC)).total_seconds()
+    if seconds > checkpointer.lease_ttl + 1:
+        return False
+    await asyncio.sleep(max(seconds, 0) + 0.05)
+    again = await checkpointer.aread_lease(thread_id)
+    return again is None or again.owner != lease.owner or again.expires_at <= lease.expires_at
+
+
+async def _resumption(job: RunJob, agent: Agent) -> RunJob | None:
+    """
+    How a resumed run (a later attempt, after its worker stopped) goes on, judged by the thread's last checkpoint:
+
+    - the run committed nothing yet (the head is not its own): it runs again from the start, as asked;
+    - its last checkpoint says it meant to go on (its step in flight was lost): it continues from there, as
+      ``agent.run([], thread_id=...)`` does, running the tool calls left pending;
+    - its last checkpoint ended it (only the record of its end was lost): None, nothing runs again.
+    """
+    try:
+        snapshot = await agent.get_state_async(str(job.thread_id))
+    except ThreadNotFoundError:
+        return job
+    meta = snapshot.checkpoint.metadata
+    if meta.get("run_id") != job.run_id:
+        return job
+    if snapshot.interrupts or not (snapshot.pending_tool_calls or meta.get("continues")):
+        return None
+    return dataclasses.replace(job, messages=[], inputs={}, decisions=None, answers=None, checkpoint_id=None)
 
 
 def _parameters(method: Callable[..., Any]) -> set[str]:
@@ -152,6 +214,14 @@ class AgentExecutor:
         translator = StreamTranslator(job.stream_modes, run_id=job.run_id, thread_id=job.thread_id)
         cancelled = False
         try:
+            if job.attempt > 1 and job.thread_id is not None:
+                resumed = await _resumption(job, agent)
+                if resumed is None:  # its last attempt had ended it; only the record of its end was lost
+                    snapshot = await agent.get_state_async(thread_id)
+                    values, thread_status = values_view(snapshot), outcome_status(snapshot)
+                    status: Literal["success", "interrupted"] = "success" if thread_status == "idle" else "interrupted"
+                    return RunOutcome(status, values, None, thread_status)
+                job = resumed
             async with self._limiter:
                 started = asyncio.Event()
                 work = asyncio.ensure_future(self._follow(job, agent, thread_id, translator, emit, started))
@@ -192,7 +262,7 @@ class AgentExecutor:
                     await anyio.to_thread.run_sync(agent.checkpointer.delete_thread, thread_id)
         values = values_view(snapshot)
         thread_status = outcome_status(snapshot)
-        status: Literal["success", "interrupted"] = "interrupted" if cancelled or thread_status != "idle" else "success"
+        status = "interrupted" if cancelled or thread_status != "idle" else "success"
         return RunOutcome(status, values, None, thread_status, cancelled, translator.started, translator.started_from)
 
     @staticmethod
@@ -200,19 +270,31 @@ class AgentExecutor:
         job: RunJob, agent: Agent, thread_id: str, translator: StreamTranslator, emit: Emit, started: asyncio.Event
     ) -> None:
         """Run the job through the Agent's event stream, emitting what the translator makes of each event."""
-        events: AsyncIterator[AgentEvent]
+        options: dict[str, Any] = {"run_id": job.run_id}
+        if job.on_unfinished_calls is not None:
+            options["on_unfinished_calls"] = job.on_unfinished_calls
         if job.resuming:
-            resume: dict[str, Any] = {}
             if job.decisions is not None:
-                resume["decisions"] = job.decisions
+                options["decisions"] = job.decisions
             if job.answers is not None:
-                resume["answers"] = job.answers
-            events = agent.stream_async([], thread_id=thread_id, **resume)
+                options["answers"] = job.answers
+            messages: list[ChatMessage] = []
         else:
-            events = agent.stream_async(
-                job.messages, thread_id=thread_id, checkpoint_id=job.checkpoint_id, **job.inputs
-            )
-        async for event in events:
+            options.update(job.inputs, checkpoint_id=job.checkpoint_id)
+            messages = job.messages
+        while True:
+            try:
+                events = agent.stream_async(messages, thread_id=thread_id, **options)
+                first = await anext(aiter(events), None)
+                break
+            except ThreadBusyError as error:
+                # The thread's lease is held by a run whose process stopped: take it back at once from a process of
+                # this host that is gone; a resumed run also waits for a lease (of its stopped worker) to expire.
+                if error.holder is None or not await _outlive(agent, thread_id, error, wait=job.attempt > 1):
+                    raise
+        if first is None:
+            return
+        async for event in _chain(first, events):
             if isinstance(event, RunStarted) and translator.needs_start_values:
                 start = event.checkpoint_id
                 translator.start(

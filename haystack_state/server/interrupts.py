@@ -30,7 +30,7 @@ from typing import Any
 
 from haystack.dataclasses import ToolCall
 
-from haystack_state.agent.session import ThreadSnapshot, apply_decisions
+from haystack_state.agent.session import ThreadSnapshot, apply_decisions, check_unfinished_calls, unfinished_policy
 from haystack_state.server.wire import WireError
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "interrupts_of",
     "pending_requests",
     "resume_from_command",
+    "unfinished_policy_of",
 ]
 
 ALLOWED_DECISIONS = ["approve", "edit", "reject"]
@@ -269,3 +270,18 @@ def _decision(item: Any, call: ToolCall, field: str) -> Any:
             )
         return {"arguments": dict(action["args"])}
     raise WireError(field, f"must be approve, reject or edit, got {item!r}")
+
+
+def unfinished_policy_of(agent: Any, snapshot: ThreadSnapshot, policy: str | None) -> str | None:
+    """
+    What new messages would do on a thread (``finish``, ``close`` or ``refuse``; see the Agent's
+    ``on_unfinished_calls``), or None if its last run did not stop mid-tools.
+
+    :param agent: The thread's Agent.
+    :param snapshot: The thread's head.
+    :param policy: The run's own policy, if it sends one.
+    """
+    meta = snapshot.checkpoint.metadata
+    if snapshot.interrupts or not (snapshot.pending_tool_calls or meta.get("continues")):
+        return None
+    return unfinished_policy(meta, check_unfinished_calls(policy or agent.on_unfinished_calls, "run"))

@@ -23,8 +23,12 @@ class LiveRun:
     the switch that cancels it.
     """
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, attempt: int = 1) -> None:
         self.run_id = run_id
+        #: The run's attempt that executes here, and the number its first relayed event takes (after the events
+        #: its earlier attempts relayed).
+        self.attempt = attempt
+        self.seq_base = 0
         self.events: list[Event] = []
         self.outcome: RunOutcome | None = None
         self.done = asyncio.Event()

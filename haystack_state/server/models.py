@@ -28,6 +28,10 @@ __all__ = [
 ]
 
 
+#: The policies for new input on a thread whose last run stopped with tool calls unanswered.
+UNFINISHED_CALLS_POLICIES = ("finish", "close", "refuse")
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -128,6 +132,28 @@ class RunCreate(_Body):
         if self.command is not None and self.input:
             raise ValueError("send either input (new messages and values) or command (resume), not both")
         return self
+
+    @field_validator("config")
+    @classmethod
+    def _policy(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        configurable = (value or {}).get("configurable")
+        policy = configurable.get("on_unfinished_calls") if isinstance(configurable, dict) else None
+        if policy is not None and policy not in UNFINISHED_CALLS_POLICIES:
+            raise ValueError(
+                f"configurable.on_unfinished_calls must be one of {', '.join(UNFINISHED_CALLS_POLICIES)}, "
+                f"got {policy!r}"
+            )
+        return value
+
+    @property
+    def on_unfinished_calls(self) -> str | None:
+        """
+        The run's policy for new input on a thread whose last run stopped mid-tools (``finish``, ``close`` or
+        ``refuse``), from ``config={"configurable": {"on_unfinished_calls": ...}}``; the Agent's if None.
+        """
+        configurable = (self.config or {}).get("configurable")
+        policy = configurable.get("on_unfinished_calls") if isinstance(configurable, dict) else None
+        return None if policy is None else str(policy)
 
     @property
     def fork_from(self) -> str | None:

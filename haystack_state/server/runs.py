@@ -7,7 +7,12 @@ clients wait for a run or follow its events, wherever it executes.
   (otherwise the run waits in the queue, for any worker); background runs (``POST /threads/{id}/runs``) are queued
   and the next free worker of any process claims them.
 - A worker task polls the queue (and is woken at once by runs submitted here), renews the leases of the runs it
-  executes, and fails the runs whose worker stopped (their lease expired).
+  executes, and takes back the runs whose worker stopped (their lease expired, or their process on this host is
+  gone): each goes back to the queue, ahead of its thread's other runs, and the next free worker of any process
+  resumes it from its thread's last checkpoint (see :meth:`RunManager.job_for`), up to ``max_attempts`` attempts in
+  all; then it fails. A worker writes about a run (its end, its relayed events) only while it holds the run at its
+  attempt, and its checkpoints only under the thread's lease, so a worker that stopped and wakes later writes
+  nothing. A tool call in flight when a worker died runs again (at least once).
 - A run executing here keeps its events in memory while it runs (and a little after), so clients that join it, or
   come back after a disconnect, get every event from the start, in the stream modes they ask for (among the run's).
   A run executing in another process is followed through the database: its final values are sent when it ends
@@ -67,6 +72,8 @@ class RunManager:
         elsewhere look for their end.
     :param lease_seconds: How long a claimed run stays ours without renewal; leases are renewed every third of it.
     :param keep_seconds: How long a finished run's events stay in memory for late followers.
+    :param max_attempts: How many times a run is started, its resumptions after a worker stopped included, before
+        it fails.
     """
 
     def __init__(
@@ -80,7 +87,12 @@ class RunManager:
         poll_interval: float = 0.2,
         lease_seconds: float = 30.0,
         keep_seconds: float = 30.0,
+        max_attempts: int = 3,
     ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts!r}")
+        if not lease_seconds > 0:
+            raise ValueError(f"lease_seconds must be a positive number of seconds, got {lease_seconds!r}")
         self.storage = storage
         self.assistants = assistants
         self.executor = executor
@@ -89,6 +101,7 @@ class RunManager:
         self.poll_interval = poll_interval
         self.lease_seconds = lease_seconds
         self.keep_seconds = keep_seconds
+        self.max_attempts = max_attempts
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._live: dict[str, LiveRun] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -207,14 +220,25 @@ class RunManager:
 
     def _launch(self, run: RunRecord) -> None:
         """Execute a run claimed by this process (its slot is taken already)."""
-        live = self._live[run.run_id] = LiveRun(run.run_id)
+        stale = self._tasks.get(run.run_id)
+        if stale is not None:  # an earlier attempt of this run, here, whose lease expired: it can write nothing now
+            stale.cancel()
+        live = self._live[run.run_id] = LiveRun(run.run_id, attempt=run.attempt)
         task = asyncio.get_running_loop().create_task(self._execute(run, live), name=f"run-{run.run_id}")
         self._tasks[run.run_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(run.run_id, None))
+        task.add_done_callback(
+            lambda done: self._tasks.pop(run.run_id) if self._tasks.get(run.run_id) is done else None
+        )
+
+    def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(run_id) is task:  # (not a later attempt's task)
+            del self._tasks[run_id]
 
     async def _execute(self, run: RunRecord, live: LiveRun) -> None:
         try:
             try:
+                if run.attempt > 1:  # its events follow those its earlier attempts relayed
+                    live.seq_base = await self.db(lambda: self.storage.next_event_seq(run.run_id))
                 job = self.job_for(run)
             except Exception as error:  # stored kwargs that no longer fit the agent (a schema change, a bad value)
                 payload = error_payload(error)
@@ -240,13 +264,24 @@ class RunManager:
                     live.relay = await self.db(lambda: self.storage.relay_requested(run.run_id))
                 if live.relay:  # every event is in the database before the run is seen to end
                     await self._flush(live)
-                await self.db(
+                recorded = await self.db(
                     lambda: self.storage.finish_run(
-                        run.run_id, outcome.status, thread_status=outcome.thread_status, error=failure
+                        run.run_id,
+                        outcome.status,
+                        thread_status=outcome.thread_status,
+                        error=failure,
+                        worker=self.worker_id,
+                        attempt=run.attempt,
                     ),
                     write=True,
                 )
-                if rollback:
+                if not recorded:
+                    logger.warning(
+                        "Run %s (attempt %s) ended after this worker lost it; its end is not recorded",
+                        run.run_id,
+                        run.attempt,
+                    )
+                if rollback and recorded:
                     await self.db(lambda: self.storage.delete_run(run.run_id), write=True)
             except Exception:  # the database went away: the lease expires and another worker reports the run
                 logger.exception("Could not record the end of run %s", run.run_id)
@@ -254,7 +289,12 @@ class RunManager:
         finally:
             self._slots -= 1
             self._notify()
-            asyncio.get_running_loop().call_later(self.keep_seconds, self._live.pop, run.run_id, None)
+            asyncio.get_running_loop().call_later(self.keep_seconds, self._forget, live)
+
+    def _forget(self, live: LiveRun) -> None:
+        """Drop a finished run's events (unless a later attempt of the run executes here now)."""
+        if self._live.get(live.run_id) is live:
+            del self._live[live.run_id]
 
     async def _rollback(self, run: RunRecord, outcome: RunOutcome) -> RunOutcome:
         """Restore a cancelled run's thread to the checkpoint it started from; the outcome then shows that state."""
@@ -279,7 +319,7 @@ class RunManager:
         assistant = self.assistants.resolve(run.assistant_id)
         if assistant is None:
             raise LookupError(f"Run {run.run_id}: this server does not serve assistant '{run.assistant_id}'.")
-        return job_from_kwargs(run.run_id, assistant, run.thread_id, run.kwargs)
+        return job_from_kwargs(run.run_id, assistant, run.thread_id, run.kwargs, attempt=run.attempt)
 
     # --- the worker --------------------------------------------------------------------------------------------------
 
@@ -347,17 +387,36 @@ class RunManager:
                 return
             first = live.relayed
             rows = [(name, json.dumps(data, ensure_ascii=False, separators=(",", ":"))) for name, data in events]
-            await self.db(lambda: self.storage.relay_events(live.run_id, first, rows), write=True)
+            await self.db(
+                lambda: self.storage.relay_events(
+                    live.run_id, live.seq_base + first, rows, worker=self.worker_id, attempt=live.attempt
+                ),
+                write=True,
+            )
             live.relayed = first + len(rows)
 
     async def _maintain(self) -> None:
         running = [run_id for run_id in self._tasks if run_id in self._live]
         await self.db(lambda: self.storage.renew_leases(self.worker_id, running, self._lease()), write=True)
-        expired = await self.db(self.storage.expire_leases, write=True)
+        dead = [worker for worker in await self.db(self.storage.running_workers) if self._is_gone(worker)]
+        requeued, failed = await self.db(
+            lambda: self.storage.expire_leases(self.max_attempts, dead_workers=dead), write=True
+        )
         kept = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=self.keep_seconds)).isoformat(timespec="microseconds")
         await self.db(lambda: self.storage.forget_relayed(kept), write=True)
-        if expired:
-            logger.warning("Runs %s lost their worker (lease expired); they are marked as failed", expired)
+        if requeued:
+            logger.warning(
+                "Runs %s lost their worker; they are queued again, to resume from their checkpoint", requeued
+            )
+            self._notify()
+        if failed:
+            logger.warning(
+                "Runs %s lost their worker and used their %s attempt(s); they failed", failed, self.max_attempts
+            )
+
+    def _is_gone(self, worker: str) -> bool:
+        """Whether a worker id (``host:pid:random``) names a process of this host that is gone."""
+        return worker != self.worker_id and process_gone(worker)
 
     def _lease(self) -> str:
         return (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self.lease_seconds)).isoformat(timespec="microseconds")
@@ -393,7 +452,7 @@ class RunManager:
         ``values`` is asked for and none came, the thread's values at the run's end come last.
         """
         names = event_names(modes if modes is not None else run.kwargs.get("stream_mode") or ["values"])
-        after, asked, sent = -1, False, set()
+        after, asked, sent = -1, 0, set()
         while True:
             live = self._live.get(run.run_id)
             if live is not None:
@@ -404,9 +463,9 @@ class RunManager:
             if current is None:
                 yield "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
                 return
-            if current.status == "running" and not asked:
+            if current.status == "running" and asked != current.attempt:  # (asked again of a resumed run's worker)
                 await self.db(lambda: self.storage.request_relay(run.run_id), write=True)
-                asked = True
+                asked = current.attempt
             while rows := await self.db(functools.partial(self.storage.relayed_events, run.run_id, after)):
                 for seq, name, data in rows:
                     after = seq
@@ -461,7 +520,31 @@ class RunManager:
         await self.db(lambda: self.storage.request_cancel(run.run_id, action), write=True)
 
 
-def job_from_kwargs(run_id: str, assistant: Assistant, thread_id: str | None, kwargs: dict[str, Any]) -> RunJob:
+def process_gone(owner: str) -> bool:
+    """
+    Whether a worker or lease owner id (``host:pid:random``) names a process of this host that no longer runs (then
+    what it held can be taken back at once, without waiting for its lease to expire). False when unsure: another
+    host, an id of another shape, a process id in use (perhaps by another process).
+    """
+    host, _, rest = owner.partition(":")
+    pid_text, _, _ = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():  # this process's own id: not the process that held it, if the random part differs
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists (another user's)
+        return False
+    return False
+
+
+def job_from_kwargs(
+    run_id: str, assistant: Assistant, thread_id: str | None, kwargs: dict[str, Any], *, attempt: int = 1
+) -> RunJob:
     """Build a job from a run's kwargs (as stored by the runs router)."""
     values = values_from_wire(kwargs.get("input"))
     messages = values.pop("messages", [])
@@ -475,6 +558,8 @@ def job_from_kwargs(run_id: str, assistant: Assistant, thread_id: str | None, kw
         answers=kwargs.get("answers"),
         checkpoint_id=kwargs.get("checkpoint_id"),
         stream_modes=tuple(kwargs.get("stream_mode") or ()),
+        attempt=attempt,
+        on_unfinished_calls=kwargs.get("on_unfinished_calls"),
     )
 
 

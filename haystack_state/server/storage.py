@@ -72,6 +72,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
             PRIMARY KEY (run_id, seq)
         )""",
     ),
+    # 3: which attempt of a run its worker executes (a run whose worker stopped is resumed by another, up to the
+    # server's max_attempts); the worker and the attempt together fence what a worker writes about a run.
+    ("ALTER TABLE {runs} ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",),
 ]
 
 _THREAD_COLUMNS = "t.thread_id, t.owner, t.assistant_id, t.metadata, t.status, t.created_at, t.updated_at"
@@ -81,15 +84,20 @@ _THREADS = (
 )
 _RUN_COLUMNS = (
     "run_id, thread_id, assistant_id, owner, status, multitask_strategy, kwargs, metadata, error, worker, "
-    "created_at, updated_at"
+    "created_at, updated_at, attempt"
 )
+# A run older than q in its thread's queue (runs are taken in the order they were created; a resumed run keeps its
+# place, ahead of the runs queued behind it).
+_OLDER = "(o.created_at < q.created_at OR (o.created_at = q.created_at AND o.run_id < q.run_id))"
 # The oldest pending run of a thread with no running run, among the assistants a worker serves.
 _NEXT_PENDING = (
     "SELECT run_id FROM {runs} AS q WHERE q.status = 'pending' AND q.assistant_id IN ({assistants})"
     " AND NOT EXISTS (SELECT 1 FROM {runs} AS o WHERE o.thread_id = q.thread_id"
-    " AND (o.status = 'running' OR (o.status = 'pending' AND o.run_id < q.run_id)))"
-    " ORDER BY q.run_id LIMIT 1"
+    f" AND (o.status = 'running' OR (o.status = 'pending' AND {_OLDER})))"
+    " ORDER BY q.created_at, q.run_id LIMIT 1"
 )
+#: Why a resumed run's previous attempt ended.
+LEASE_EXPIRED = "its worker stopped before the run ended (lease expired)"
 
 
 def now_text() -> str:
@@ -137,6 +145,8 @@ class RunRecord:
     :param worker: The worker that claimed it.
     :param created_at: ISO-8601 time.
     :param updated_at: ISO-8601 time.
+    :param attempt: Which attempt this is: 1, then one more each time a worker stopped before the run ended and the
+        run was resumed.
     """
 
     run_id: str
@@ -151,6 +161,7 @@ class RunRecord:
     worker: str | None
     created_at: str
     updated_at: str
+    attempt: int = 1
 
     @property
     def done(self) -> bool:
@@ -365,7 +376,7 @@ class ServerStorage:
             cur.change(
                 f"INSERT INTO {{runs}} ({_RUN_COLUMNS}, lease_until) VALUES (:run_id, :thread_id, :assistant_id, "
                 ":owner, :status, :multitask_strategy, :kwargs, :metadata, :error, :worker, :created_at, "
-                ":updated_at, :lease_until)",
+                ":updated_at, :attempt, :lease_until)",
                 {**_run_params(record), "lease_until": lease_until if status == "running" else None},
             )
             cur.change(
@@ -423,7 +434,7 @@ class ServerStorage:
                 rows = cur.rows(
                     "SELECT q.run_id FROM {runs} AS q WHERE q.run_id = :id AND q.status = 'pending' AND NOT EXISTS "
                     "(SELECT 1 FROM {runs} AS o WHERE o.thread_id = q.thread_id AND (o.status = 'running' OR "
-                    "(o.status = 'pending' AND o.run_id < q.run_id)))",
+                    f"(o.status = 'pending' AND {_OLDER})))",
                     {"id": run_id},
                 )
                 return self._start(cur, run_id, worker, lease_until) if rows else None
@@ -441,21 +452,44 @@ class ServerStorage:
         rows = cur.rows(f"SELECT {_RUN_COLUMNS} FROM {{runs}} WHERE run_id = :id", {"id": run_id})
         return _run_record(rows[0])
 
-    def finish_run(self, run_id: str, status: RunStatus, *, thread_status: str, error: str | None = None) -> None:
-        """Record a run's end and its thread's new outcome (``idle``, ``interrupted`` or ``error``)."""
+    def finish_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        thread_status: str,
+        error: str | None = None,
+        worker: str | None = None,
+        attempt: int | None = None,
+    ) -> bool:
+        """
+        Record a run's end and its thread's new outcome (``idle``, ``interrupted`` or ``error``).
+
+        :param worker: With ``attempt``: the worker that executed the run. Its end is recorded only if that worker
+            still holds the run at that attempt (a worker that lost its lease, and whose run another worker resumed,
+            records nothing).
+        :param attempt: The attempt the worker executed.
+        :returns: Whether the end was recorded.
+        """
         at = now_text()
+        fence = ""
+        params: dict[str, Any] = {"status": status, "error": error, "at": at, "id": run_id}
+        if worker is not None:
+            fence = " AND status = 'running' AND worker = :worker AND attempt = :attempt"
+            params.update(worker=worker, attempt=attempt or 1)
         with self.database.transaction() as cur:
             rows = cur.rows("SELECT thread_id FROM {runs} WHERE run_id = :id", {"id": run_id})
-            cur.change(
+            changed = cur.change(
                 "UPDATE {runs} SET status = :status, error = :error, lease_until = NULL, updated_at = :at "
-                "WHERE run_id = :id",
-                {"status": status, "error": error, "at": at, "id": run_id},
+                "WHERE run_id = :id" + fence,
+                params,
             )
-            if rows:
+            if rows and changed:
                 cur.change(
                     "UPDATE {threads} SET status = :status, updated_at = :at WHERE thread_id = :id",
                     {"status": thread_status, "at": at, "id": rows[0][0]},
                 )
+            return bool(changed)
 
     def cancel_pending(self, run_id: str) -> bool:
         """Cancel a pending run (status ``interrupted``). Returns whether it was pending."""
@@ -514,17 +548,32 @@ class ServerStorage:
             rows = cur.rows("SELECT relay FROM {runs} WHERE run_id = :id", {"id": run_id})
         return bool(rows and rows[0][0])
 
-    def relay_events(self, run_id: str, first_seq: int, events: Sequence[tuple[str, str]]) -> None:
+    def relay_events(
+        self,
+        run_id: str,
+        first_seq: int,
+        events: Sequence[tuple[str, str]],
+        *,
+        worker: str | None = None,
+        attempt: int | None = None,
+    ) -> None:
         """
         Write a run's stream events, numbered from ``first_seq``.
 
         :param run_id: The run.
         :param first_seq: The number of the first event.
         :param events: ``(event name, JSON data)`` pairs.
+        :param worker: With ``attempt``: write them only if this worker still holds the run at this attempt.
+        :param attempt: The attempt the worker executes.
         """
         if not events:
             return
         with self.database.transaction() as cur:
+            if worker is not None and not cur.rows(
+                "SELECT 1 FROM {runs} WHERE run_id = :id AND worker = :worker AND attempt = :attempt",
+                {"id": run_id, "worker": worker, "attempt": attempt or 1},
+            ):
+                return
             for offset, (event, data) in enumerate(events):
                 cur.change(
                     "INSERT INTO {run_events} (run_id, seq, event, data) VALUES (:id, :seq, :event, :data)",
@@ -572,24 +621,74 @@ class ServerStorage:
                 {**params, "lease": lease_until, "worker": worker},
             )
 
-    def expire_leases(self) -> list[str]:
-        """Mark the running runs whose lease expired (their worker stopped) as failed. Returns their ids."""
+    def running_workers(self) -> list[str]:
+        """The workers that hold running runs."""
+        with self.database.transaction(write=False) as cur:
+            rows = cur.rows("SELECT DISTINCT worker FROM {runs} WHERE status = 'running' AND worker IS NOT NULL")
+        return [str(row[0]) for row in rows]
+
+    def next_event_seq(self, run_id: str) -> int:
+        """The number the next relayed event of a run takes (a resumed run's events follow its earlier attempts')."""
+        with self.database.transaction(write=False) as cur:
+            rows = cur.rows("SELECT MAX(seq) FROM {run_events} WHERE run_id = :id", {"id": run_id})
+        return int(rows[0][0]) + 1 if rows and rows[0][0] is not None else 0
+
+    def expire_leases(self, max_attempts: int = 1, dead_workers: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+        """
+        Take back the running runs whose worker stopped: their lease expired, or their worker is one of
+        ``dead_workers`` (a process of this host that is gone). A run that has had fewer than ``max_attempts``
+        attempts goes back to the queue, ahead of its thread's other runs, to be resumed by any worker; the others
+        fail. Each attempt's end is recorded in the run's metadata (``attempts``).
+
+        :returns: The ids of the runs queued again, and of the runs failed.
+        """
         at = now_text()
+        names = {f"w_{i}": worker for i, worker in enumerate(dead_workers)}
+        dead = f" OR worker IN ({', '.join(':' + n for n in names)})" if names else ""
+        requeued: list[str] = []
+        failed: list[str] = []
         with self.database.transaction() as cur:
             rows = cur.rows(
-                "SELECT run_id, thread_id FROM {runs} WHERE status = 'running' AND lease_until < :at", {"at": at}
+                "SELECT run_id, thread_id, attempt, worker, metadata, cancel FROM {runs} WHERE status = 'running' "
+                f"AND (lease_until < :at{dead})",
+                {"at": at, **names},
             )
-            for run_id, thread_id in rows:
+            for run_id, thread_id, attempt, worker, metadata, cancel in rows:
+                record = {"attempt": int(attempt), "worker": worker, "ended_at": at, "outcome": LEASE_EXPIRED}
+                meta = _loads(metadata)
+                meta["attempts"] = [*(meta.get("attempts") or []), record]
+                if cancel is not None:  # a cancelled run is not resumed: it ends as a cancel would have ended it
+                    cur.change(
+                        "UPDATE {runs} SET status = 'interrupted', error = :error, lease_until = NULL, "
+                        "metadata = :metadata, updated_at = :at WHERE run_id = :id AND status = 'running'",
+                        {"error": f"cancelled; {LEASE_EXPIRED}", "metadata": _dumps(meta), "at": at, "id": run_id},
+                    )
+                    failed.append(str(run_id))
+                    continue
+                if int(attempt) < max_attempts:
+                    meta.update(resumed=True, attempt=int(attempt) + 1)
+                    cur.change(
+                        "UPDATE {runs} SET status = 'pending', worker = NULL, lease_until = NULL, cancel = NULL, "
+                        "relay = NULL, attempt = attempt + 1, metadata = :metadata, updated_at = :at "
+                        "WHERE run_id = :id AND status = 'running'",
+                        {"metadata": _dumps(meta), "at": at, "id": run_id},
+                    )
+                    requeued.append(str(run_id))
+                    continue
+                error = json.dumps(
+                    {"error": "RunError", "message": f"{LEASE_EXPIRED}, {attempt} of {max_attempts} attempt(s)"}
+                )
                 cur.change(
-                    "UPDATE {runs} SET status = 'error', error = :error, lease_until = NULL, updated_at = :at "
-                    "WHERE run_id = :id",
-                    {"error": "its worker stopped before the run ended (lease expired)", "at": at, "id": run_id},
+                    "UPDATE {runs} SET status = 'error', error = :error, lease_until = NULL, metadata = :metadata, "
+                    "updated_at = :at WHERE run_id = :id AND status = 'running'",
+                    {"error": error, "metadata": _dumps(meta), "at": at, "id": run_id},
                 )
                 cur.change(
                     "UPDATE {threads} SET status = 'error', updated_at = :at WHERE thread_id = :id",
                     {"at": at, "id": thread_id},
                 )
-        return [str(row[0]) for row in rows]
+                failed.append(str(run_id))
+        return requeued, failed
 
     def pending_count(self) -> int:
         """How many runs wait in the queue."""

@@ -6,6 +6,9 @@ that write state, and an ``interrupt_before`` tool.
 - ``"note TEXT"``: calls ``remember`` (writes ``notes``), then answers;
 - ``"sleep SECONDS"``: the model takes that long to answer;
 - ``"drip TEXT"``: answers ``"dripped: TEXT"``, streaming it slowly (0.3 s between chunks);
+- ``"work N"``: calls ``slow_work`` (it takes ``HAYSTACK_STATE_TEST_WORK_SECONDS``, 1 s by default, and appends a
+  line to the file ``HAYSTACK_STATE_TEST_TOOL_LOG`` names, so a test counts the calls made in every process), then
+  answers ``"Done: worked N"``;
 - ``"fail"``: the model raises;
 - anything else: ``"echo: TEXT"``.
 
@@ -16,6 +19,7 @@ that write state, and an ``interrupt_before`` tool.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -31,6 +35,17 @@ from haystack_state.testing import ScriptedChatGenerator
 def send_email(to: str, body: str = "") -> str:
     """Send an email."""
     return f"sent to {to}"
+
+
+@tool
+def slow_work(n: str) -> str:
+    """Do slow work."""
+    log = os.environ.get("HAYSTACK_STATE_TEST_TOOL_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as file:
+            file.write(f"{n} {os.getpid()}\n")
+    time.sleep(float(os.environ.get("HAYSTACK_STATE_TEST_WORK_SECONDS", "1")))
+    return f"worked {n}"
 
 
 @tool(outputs_to_state={"notes": {"source": "note"}})
@@ -50,6 +65,8 @@ def policy(messages: list[ChatMessage], tools: list[Any]) -> Any:
         return [("send_email", {"to": rest or "bob@example.com"})]
     if word == "note":
         return [("remember", {"text": rest})]
+    if word == "work":
+        return [("slow_work", {"n": rest})]
     if word == "drip":  # TestModel streams this reply slowly
         return f"dripped: {rest}"
     if word == "sleep":  # TestModel waits before asking
@@ -116,7 +133,7 @@ def make_agent(checkpointer: Checkpointer | None) -> Agent:
     """The test agent, on ``checkpointer``."""
     return Agent(
         TestModel(),
-        tools=[send_email, remember],
+        tools=[send_email, remember, slow_work],
         state_schema=SCHEMA,
         checkpointer=checkpointer,
         interrupt_before=["send_email"],

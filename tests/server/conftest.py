@@ -160,14 +160,16 @@ class ServeProcess:
     on exit.
 
     :param args: The arguments after ``serve``.
+    :param env: More environment variables for the process.
     """
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         env = {
             **os.environ,
             "HAYSTACK_TELEMETRY_ENABLED": "False",
             "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)]),
+            **(env or {}),
         }
         self.process = subprocess.Popen(
             [sys.executable, "-m", "haystack_state.server.cli", "serve", *args, "--port", str(self.port)],

@@ -10,7 +10,7 @@ import pytest
 from haystack_state.server.database import database_for
 from haystack_state.server.live import LiveRun
 from haystack_state.server.runs import RunManager
-from haystack_state.server.storage import ServerStorage
+from haystack_state.server.storage import RunRecord, ServerStorage, now_text
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
@@ -22,6 +22,10 @@ def test_the_worker_and_the_runs_end_relaying_at_once_write_each_event_once(back
     """
     storage = ServerStorage(database_for(backend.checkpointer()))
     manager = RunManager(storage, None, None, max_concurrent_runs=1, max_pending_runs=1)  # type: ignore[arg-type]
+    # The run, held by this manager's worker (a worker writes the events of the runs it holds only).
+    at = now_text()
+    run = RunRecord("run-1", "t-1", "agent", "", "running", "reject", {}, {}, None, manager.worker_id, at, at)
+    storage.create_run(run, lease_until="9999-12-31T00:00:00.000000+00:00")
     live = LiveRun("run-1")
     live.relay = True
 

@@ -24,7 +24,7 @@ from sse_starlette import EventSourceResponse
 from haystack_state.server.assistants import Assistant
 from haystack_state.server.context import Server, ServerDep, UserDep
 from haystack_state.server.executor import RunJob, takes_answers
-from haystack_state.server.interrupts import pending_requests, resume_from_command
+from haystack_state.server.interrupts import pending_requests, resume_from_command, unfinished_policy_of
 from haystack_state.server.models import RunCreate
 from haystack_state.server.runs import Event, LiveRun, job_from_kwargs, new_run
 from haystack_state.server.storage import RunRecord
@@ -62,6 +62,8 @@ def _plan(server: Server, body: RunCreate, user: str, thread_id: str | None) -> 
         "config": body.config,
         "context": body.context,
     }
+    if body.on_unfinished_calls is not None:
+        kwargs["on_unfinished_calls"] = body.on_unfinished_calls
     if thread_id is None:
         if body.command is not None or body.fork_from is not None:
             raise WireError("command" if body.command is not None else "checkpoint", "needs a thread")
@@ -100,6 +102,15 @@ def _plan(server: Server, body: RunCreate, user: str, thread_id: str | None) -> 
                 f"Thread '{thread_id}' waits on a human for tool call(s) to "
                 f"{', '.join(sorted({str(r['tool_name']) for r in waiting}))}; answer it with "
                 "command={'resume': ...} (approve, reject or edit each call; answer each question).",
+            )
+        if messages and unfinished_policy_of(agent, snapshot, body.on_unfinished_calls) == "refuse":
+            names = ", ".join(sorted({call.tool_name for call in snapshot.pending_tool_calls})) or "no tool"
+            raise HTTPException(
+                409,
+                f"Thread '{thread_id}' has unfinished tool call(s) to {names}: its last run stopped early (a crash "
+                "or a cancel), and this agent refuses new messages until they are settled. Send a run with input "
+                "null to finish them, or send the messages with config={'configurable': {'on_unfinished_calls': "
+                "'finish' | 'close'}} (run them first, or answer them with errors). Nothing was written.",
             )
     return _Plan(assistant, kwargs)
 
