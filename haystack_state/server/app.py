@@ -28,6 +28,7 @@ from haystack_state.errors import (
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.server.assistants import Assistants
 from haystack_state.server.context import Auth, Limits, Server
+from haystack_state.server.cors import Cors, add_cors, cors_origins
 from haystack_state.server.database import database_for
 from haystack_state.server.executor import AgentExecutor
 from haystack_state.server.routers import assistants as assistants_router
@@ -55,6 +56,8 @@ def create_app(
     database: str | None = None,
     poll_interval: float = 0.2,
     lease_seconds: float = 30.0,
+    max_attempts: int = 3,
+    cors: Cors | None = None,
 ) -> FastAPI:
     """
     The Agent Protocol server for one or more agents, as an ASGI app (run it with uvicorn, or ``haystack-state
@@ -77,10 +80,19 @@ def create_app(
     :param database: Where the server keeps its own tables (threads, runs), when the checkpointer's database cannot
         be found from its settings: a SQLite path or a ``postgresql://`` URL naming the same database.
     :param poll_interval: How often (seconds) workers look for queued runs.
-    :param lease_seconds: How long a run claimed by a worker that stopped stays claimed.
+    :param lease_seconds: How long a run claimed by a worker that stopped stays claimed; then any live process
+        resumes it from its thread's last checkpoint.
+    :param max_attempts: How many times a run is started (its first attempt and its resumptions after a worker
+        stopped) before it is failed.
+    :param cors: The browser origins that may call the server (CORS): ``"*"`` for any, an origin such as
+        ``"http://localhost:3000"``, or a list of them. None (the default): no CORS headers, so browsers refuse
+        pages of other origins. Preflights are answered on every route, before auth; ``Content-Location`` and
+        ``Location`` are exposed.
     :returns: The app.
-    :raises ValueError: For no agents, or agents without (or with different) checkpointers.
+    :raises ValueError: For no agents, agents without (or with different) checkpointers, or a ``cors`` value that
+        is not an origin.
     """
+    origins = cors_origins(cors)  # checked before anything opens
     named = {"agent": agents} if isinstance(agents, Agent) else dict(agents)
     registry = Assistants(named, checkpointer)
     limits = limits or Limits()
@@ -93,6 +105,7 @@ def create_app(
         max_pending_runs=limits.max_pending_runs,
         poll_interval=poll_interval,
         lease_seconds=lease_seconds,
+        max_attempts=max_attempts,
     )
     owns_store = store is None
     if store is None:
@@ -125,6 +138,7 @@ def create_app(
 
     _error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    add_cors(app, origins)  # the outermost: a refusal (413) carries CORS headers too
     return app
 
 

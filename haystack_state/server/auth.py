@@ -1,4 +1,7 @@
-"""A ready-made ``auth`` for :func:`~haystack_state.server.create_app`: API keys mapped to users."""
+"""
+A ready-made ``auth`` for :func:`~haystack_state.server.create_app`: API keys mapped to users, and the ``key=user``
+lines that ``haystack-state serve --auth-keys`` reads them from.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from collections.abc import Callable, Mapping
 
 from fastapi import Request
 
-__all__ = ["api_key_auth"]
+__all__ = ["api_key_auth", "parse_api_keys"]
 
 
 def api_key_auth(keys: Mapping[str, str], *, header: str = "x-api-key") -> Callable[[Request], str | None]:
@@ -41,3 +44,45 @@ def api_key_auth(keys: Mapping[str, str], *, header: str = "x-api-key") -> Calla
         return None
 
     return authenticate
+
+
+def parse_api_keys(text: str, *, source: str = "API keys") -> dict[str, str]:
+    """
+    Read API keys from ``key=user`` lines: the user id follows the last ``=`` (a key may end in base64's ``=``
+    padding). Blank lines and lines starting with ``#`` are skipped; a comment cannot follow a key on its line. One
+    user may have several keys (to rotate them); a key names one user.
+
+    ```python
+    keys = parse_api_keys(Path("keys.txt").read_text(), source="keys.txt")
+    app = create_app({"agent": agent}, auth=api_key_auth(keys))
+    ```
+
+    :param text: The lines.
+    :param source: What the lines come from, to name it in errors.
+    :returns: API key -> user id.
+    :raises ValueError: Naming the source and the line (never the key), for a line that is not ``key=user``, an
+        empty key or user, whitespace inside one, a key given twice, or no keys at all.
+    """
+    keys: dict[str, str] = {}
+    lines_of: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, equals, user = line.rpartition("=")
+        where = f"{source} line {number}"
+        if not equals:
+            raise ValueError(f"{where}: not a key=user line")
+        key, user = key.strip(), user.strip()
+        if not key:
+            raise ValueError(f"{where}: the key before '=' is empty")
+        if not user:
+            raise ValueError(f"{where}: the user after the last '=' is empty")
+        if any(char.isspace() for char in key + user):
+            raise ValueError(f"{where}: the key or the user contains whitespace (a comment needs a line of its own)")
+        if key in keys:
+            raise ValueError(f"{where}: the same key as line {lines_of[key]}")
+        keys[key], lines_of[key] = user, number
+    if not keys:
+        raise ValueError(f"{source} has no key=user line")
+    return keys

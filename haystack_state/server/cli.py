@@ -4,13 +4,18 @@
 ::
 
     haystack-state serve my_app:agent [more_app:other ...] [--db threads.db | --db postgresql://...]
-                         [--host 127.0.0.1] [--port 8123]
+                         [--host 127.0.0.1] [--port 8123] [--auth-keys keys.txt] [--cors-origin ORIGIN ...]
 
 Each target is ``module:attribute``, the module imported from the working directory. The attribute is an Agent
 (served under the attribute's name), a dict of agents (name -> Agent), or a callable that takes the checkpointer
 (or None without ``--db``) and returns either. ``--db`` names the database of the threads: a SQLite file or a
 PostgreSQL URL (several ``serve`` processes on one PostgreSQL database share the runs). An Agent without
 checkpointer is served with the ``--db`` one.
+
+``--auth-keys FILE`` (or the ``HAYSTACK_STATE_API_KEYS`` environment variable, holding the lines themselves) gives
+``key=user`` lines: each request then needs a key (``x-api-key`` or ``Authorization: Bearer``) and sees its user's
+threads only. The file wins over the variable. ``--cors-origin`` names the browser origins that may call the server;
+without it, any origin may on a loopback address and none elsewhere.
 
 This module loads without the ``server`` extra: the server is imported when the command runs.
 """
@@ -20,23 +25,58 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from haystack_state.agent import Agent
 from haystack_state.errors import HaystackStateError
 from haystack_state.persistence.base import Checkpointer
 
-__all__ = ["ServeError", "add_serve_command", "load_agents", "open_checkpointer", "serve"]
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from haystack_state.server.context import Auth
+
+__all__ = [
+    "API_KEYS_VARIABLE",
+    "ServeError",
+    "add_serve_command",
+    "build_app",
+    "load_agents",
+    "open_checkpointer",
+    "serve",
+]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8123
+API_KEYS_VARIABLE = "HAYSTACK_STATE_API_KEYS"
 
 
 class ServeError(HaystackStateError, ValueError):
-    """``serve`` cannot start: a target that does not import or is not an agent, a bad ``--db``."""
+    """``serve`` cannot start: a target that does not import or is not an agent, a bad ``--db`` or ``--auth-keys``."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -56,31 +96,88 @@ def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
     command.add_argument("--schema", default="public", help="the PostgreSQL schema of the tables (default: public)")
     command.add_argument("--host", default=DEFAULT_HOST, help=f"the address to bind (default: {DEFAULT_HOST})")
     command.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the port (default: {DEFAULT_PORT})")
-    command.add_argument("--max-concurrent-runs", type=int, default=32, metavar="N", help="runs executing at once")
-    command.add_argument("--max-pending-runs", type=int, default=1000, metavar="N", help="runs waiting in the queue")
-    command.add_argument("--max-body-bytes", type=int, default=1024 * 1024, metavar="N", help="largest request body")
-    command.add_argument("--max-messages", type=int, default=100, metavar="N", help="most messages per request")
-    command.add_argument("--poll-interval", type=float, default=0.2, metavar="S", help="queue polling, in seconds")
+    command.add_argument(
+        "--max-concurrent-runs",
+        type=_positive_int,
+        default=32,
+        metavar="N",
+        help="runs this process executes at once (default: 32)",
+    )
+    command.add_argument(
+        "--max-pending-runs",
+        type=_positive_int,
+        default=1000,
+        metavar="N",
+        help="runs waiting in the queue (default: 1000)",
+    )
+    command.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=1024 * 1024,
+        metavar="N",
+        help="largest request body (default: 1 MiB)",
+    )
+    command.add_argument(
+        "--max-messages", type=_positive_int, default=100, metavar="N", help="most messages per request (default: 100)"
+    )
+    command.add_argument(
+        "--poll-interval",
+        type=_positive_seconds,
+        default=0.2,
+        metavar="S",
+        help="queue polling, in seconds (default: 0.2)",
+    )
+    command.add_argument(
+        "--lease-seconds",
+        type=_positive_seconds,
+        default=30.0,
+        metavar="S",
+        help="how long a run whose worker died stays claimed before another process resumes it (default: 30; at "
+        "least 3 polls)",
+    )
+    command.add_argument(
+        "--max-attempts",
+        type=_positive_int,
+        default=3,
+        metavar="N",
+        help="how many times a run is started, resumptions after a dead worker included, before it fails (default: 3)",
+    )
+    command.add_argument(
+        "--auth-keys",
+        metavar="FILE",
+        help=f"require API keys: key=user lines (# comments); or set {API_KEYS_VARIABLE} to the lines. The file wins "
+        "over the variable. Each user sees only their own threads",
+    )
+    command.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a browser origin allowed to call the server, as http://localhost:3000, or '*' for any (repeatable; "
+        "default: any on a loopback --host, none elsewhere)",
+    )
     command.add_argument("--log-level", default="warning", help="uvicorn's log level (default: warning)")
     command.set_defaults(handler=serve)
     return command
 
 
-def open_checkpointer(db: str, schema: str = "public") -> Checkpointer:
+def open_checkpointer(db: str, schema: str = "public", lease_ttl: float = 30.0) -> Checkpointer:
     """
     The checkpointer of ``--db``: PostgreSQL for a ``postgresql://`` URL (its tables in ``schema``), else a SQLite
     file.
 
+    :param lease_ttl: How long a run's lease on its thread lasts unless renewed: ``serve`` gives its
+        ``--lease-seconds``, so that a run resumed after its worker stopped finds the thread free as soon as the
+        queue hands it over.
     :raises ServeError: If the database cannot be opened.
     """
     try:
         if db.startswith(("postgresql://", "postgres://")):
             from haystack_state.persistence.postgres import PostgresCheckpointer
 
-            return PostgresCheckpointer(db, schema=schema)
+            return PostgresCheckpointer(db, schema=schema, lease_ttl=lease_ttl)
         from haystack_state.persistence.sqlite import SQLiteCheckpointer
 
-        return SQLiteCheckpointer(db)
+        return SQLiteCheckpointer(db, lease_ttl=lease_ttl)
     except (HaystackStateError, OSError, ImportError) as error:
         raise ServeError(f"--db {db}: {str(error).splitlines()[0]}") from error
     except Exception as error:  # a driver's connection error
@@ -133,24 +230,39 @@ def _with_checkpointer(name: str, agent: Agent, checkpointer: Checkpointer | Non
     return served
 
 
-def serve(args: argparse.Namespace, out: Callable[..., Any] = print) -> None:
+def build_app(args: argparse.Namespace, out: Callable[..., Any] = print) -> FastAPI:
     """
-    Run the server until interrupted (the ``serve`` handler).
+    The app that ``serve`` runs, from its parsed arguments: the agents, the auth, CORS and the limits.
 
     :param args: The parsed arguments.
-    :param out: Where to print the address.
-    :raises ServeError: If the agents or the database cannot be loaded.
+    :param out: Where to print notices (on ``sys.stderr``): an auth setting overridden, a server open to its network.
+    :returns: The app (not running).
+    :raises ServeError: If the agents, the database or the API keys cannot be loaded, or a setting is refused.
     """
     from haystack_state.server import EXTRA_HINT
 
     try:
-        import uvicorn
-
         from haystack_state.server.app import create_app
         from haystack_state.server.context import Limits
+        from haystack_state.server.cors import cors_for_host, cors_origins, is_loopback
     except ImportError as error:
         raise ServeError(f"{EXTRA_HINT} ({error})") from error
-    checkpointer = open_checkpointer(args.db, args.schema) if args.db else None
+    if args.lease_seconds < 3 * args.poll_interval:
+        raise ServeError(
+            f"--lease-seconds {args.lease_seconds:g} is shorter than 3 polls (--poll-interval {args.poll_interval:g}): "
+            "a worker renews its leases between polls, so its live runs would be taken from it"
+        )
+    auth = _auth(args, out)  # before the database opens: a bad key file is the quicker error
+    try:
+        cors = cors_origins(cors_for_host(args.host, args.cors_origin))
+    except ValueError as error:
+        raise ServeError(f"--cors-origin: {str(error).removeprefix('cors: ')}") from error
+    if auth is None and not is_loopback(args.host):
+        out(
+            f"warning: serving on {args.host} without --auth-keys: whoever reaches it can read and run every thread",
+            file=sys.stderr,
+        )
+    checkpointer = open_checkpointer(args.db, args.schema, args.lease_seconds) if args.db else None
     agents = load_agents(args.targets, checkpointer)
     try:
         limits = Limits(
@@ -159,12 +271,65 @@ def serve(args: argparse.Namespace, out: Callable[..., Any] = print) -> None:
             max_concurrent_runs=args.max_concurrent_runs,
             max_pending_runs=args.max_pending_runs,
         )
-        app = create_app(
-            agents, limits=limits, database=_database(checkpointer, args.db), poll_interval=args.poll_interval
+        return create_app(
+            agents,
+            limits=limits,
+            database=_database(checkpointer, args.db),
+            poll_interval=args.poll_interval,
+            lease_seconds=args.lease_seconds,
+            max_attempts=args.max_attempts,
+            auth=auth,
+            cors=cors,
         )
     except ValueError as error:
         raise ServeError(str(error)) from error
-    out(f"Serving {', '.join(agents)} at http://{args.host}:{args.port} (the inspector is at /ui)", flush=True)
+
+
+def _auth(args: argparse.Namespace, out: Callable[..., Any]) -> Auth | None:
+    """``api_key_auth`` over the keys of ``--auth-keys`` or else of ``$HAYSTACK_STATE_API_KEYS``; None for neither."""
+    from haystack_state.server.auth import api_key_auth, parse_api_keys
+
+    variable = os.environ.get(API_KEYS_VARIABLE)
+    if args.auth_keys is not None:
+        if variable is not None:
+            out(f"note: --auth-keys {args.auth_keys} is used; {API_KEYS_VARIABLE} is ignored", file=sys.stderr)
+        source = f"--auth-keys {args.auth_keys}"
+        try:
+            with open(args.auth_keys, encoding="utf-8-sig") as file:
+                text = file.read()
+        except (OSError, UnicodeDecodeError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            raise ServeError(f"{source}: cannot read the file: {reason}") from error
+    elif variable is not None:
+        source, text = API_KEYS_VARIABLE, variable
+    else:
+        return None
+    try:
+        return api_key_auth(parse_api_keys(text, source=source))
+    except ValueError as error:
+        hint = f" ({API_KEYS_VARIABLE} holds the key=user lines; for a file, use --auth-keys)"
+        raise ServeError(f"{error}{hint if source == API_KEYS_VARIABLE else ''}") from error
+
+
+def serve(args: argparse.Namespace, out: Callable[..., Any] = print) -> None:
+    """
+    Run the server until interrupted (the ``serve`` handler).
+
+    :param args: The parsed arguments.
+    :param out: Where to print the address.
+    :raises ServeError: If the agents, the database or the API keys cannot be loaded, or a setting is refused.
+    """
+    from haystack_state.server import EXTRA_HINT
+
+    try:
+        import uvicorn
+    except ImportError as error:
+        raise ServeError(f"{EXTRA_HINT} ({error})") from error
+    app = build_app(args, out)
+    server = app.state.server
+    names = ", ".join(assistant.name for assistant in server.assistants)
+    host = f"[{args.host}]" if ":" in args.host else args.host  # an IPv6 address
+    out(f"Serving {names} at http://{host}:{args.port} (the inspector is at /ui)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 
 

@@ -194,6 +194,7 @@ def test_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     add_serve_command(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve", "m:a", "--db", "x.db"])
     assert (args.host, args.port, args.db, args.targets) == ("127.0.0.1", 8123, "x.db", ["m:a"])
+    assert (args.lease_seconds, args.max_attempts, args.auth_keys, args.cors_origin) == (30.0, 3, None, None)
     assert main(["serve", "server.agents:missing"]) == 1
     assert "has no attribute 'missing'" in capsys.readouterr().err
     assert main(["serve", "server.agents:make_agent", "--db", "/nonexistent-dir/x.db"]) == 1
