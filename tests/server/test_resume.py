@@ -8,6 +8,7 @@ other call runs twice, and no finished run runs again.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
 import time
@@ -151,3 +152,47 @@ def test_one_sqlite_process_killed_and_restarted_resumes_its_runs(backend: Backe
         assert {n for n, count in calls.items() if count > 1} <= in_flight and max(calls.values()) <= 2
     finally:
         server.stop()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_stale_worker_that_wakes_after_its_run_was_resumed_writes_nothing(backend: Backend, tmp_path: Path) -> None:
+    """A worker frozen (SIGSTOP) past its lease loses its run to another process; woken, it writes nothing."""
+    log = tmp_path / "calls.log"
+    args = ["server.agents:serve_agents", *backend.serve_args, "--poll-interval", "0.05", "--lease-seconds", "2"]
+    env = serve_env(log, 2.0)
+    stale = ServeProcess(*args, env=env).wait_ready()
+    other: ServeProcess | None = None
+    try:
+        with get_sync_client(url=stale.url, api_key=None) as client:
+            thread_id = client.threads.create()["thread_id"]
+            run_id = client.runs.create(thread_id, "agent", input=human("work 7"))["run_id"]
+        deadline = time.monotonic() + 30
+        while stale.process.pid not in pids_of(log):
+            assert time.monotonic() < deadline, "the tool call did not start"
+            time.sleep(0.02)
+        os.kill(stale.process.pid, signal.SIGSTOP)  # frozen inside its tool call, its leases unrenewed
+        other = ServeProcess(*args, env=env).wait_ready()
+        with get_sync_client(url=other.url, api_key=None) as client:
+            found = wait_all_done(client, [(thread_id, run_id)], timeout=30)[run_id]
+            assert found["status"] == "success" and found["metadata"]["attempt"] == 2, found
+            history = client.threads.get_history(thread_id, limit=100)
+            os.kill(stale.process.pid, signal.SIGCONT)  # its tool call ends; it would commit, then record the end
+            time.sleep(3.0)
+            assert client.runs.get(thread_id, run_id) == client.runs.get(thread_id, run_id) | {"status": "success"}
+            assert client.threads.get_history(thread_id, limit=100) == history  # no checkpoint of the stale worker
+            messages = client.threads.get_state(thread_id)["values"]["messages"]
+            assert [m["type"] for m in messages] == ["system", "human", "ai", "tool", "ai"]
+            assert messages[-1]["content"] == "Done: worked 7"
+        assert tool_calls(log) == {"7": 2}  # the call in flight ran again; nothing else did
+        # The woken process is not wedged: it serves runs again.
+        with get_sync_client(url=stale.url, api_key=None) as client:
+            assert client.runs.wait(thread_id, "agent", input=human("hi"))["messages"][-1]["content"] == "echo: hi"
+        _, err = stale.stop()
+        assert "ended after this worker lost it; its end is not recorded" in err, err[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stale.process.pid, signal.SIGCONT)
+        stale.stop()
+        if other is not None:
+            other.stop()
