@@ -1,20 +1,24 @@
 """
 The thread inspector at ``/ui`` in a real headless browser (Playwright driving Debian's chromium): the thread list
 and its search, a conversation, the state key by key, the history with a fork drawn as a branch, the diff of two
-checkpoints, approving an interrupted tool call with edited arguments, and sending a message. Each view is
-screenshotted (into ``HAYSTACK_STATE_SCREENSHOTS`` if set, else the test's temporary folder).
+checkpoints, approving an interrupted tool call with edited arguments, sending a message, and finishing or closing
+the calls a crashed or cancelled run left stopped. Each view is screenshotted (into ``HAYSTACK_STATE_SCREENSHOTS`` if
+set, else the test's temporary folder).
 
 Skipped, saying why, where chromium or Playwright is missing (``.ci/run`` installs chromium).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from haystack.dataclasses import ChatMessage
 
 from server.conftest import Served
 
@@ -187,3 +191,84 @@ def test_a_new_thread_from_the_page_and_an_api_key(serve: Any, shots: Path) -> N
         thread_id = page.locator("#thread-list li").get_attribute("data-thread-id")
         browser.close()
     assert served.agent.get_state(str(thread_id)).values["notes"] == ["from the page"]
+
+
+def calls_of(log: Path) -> list[str]:
+    """The ``slow_work`` calls made so far (their ``n``), from the test agent's tool log."""
+    return [line.split()[0] for line in log.read_text().splitlines() if line] if log.exists() else []
+
+
+def stop_calls(served: Served, monkeypatch: pytest.MonkeyPatch, log: Path) -> tuple[str, str]:
+    """
+    Two threads whose last run stopped between the model's tool call and its result: one as a crash leaves it (the
+    run stopped right after the model's reply was committed), one cancelled over HTTP while its tool ran.
+    """
+    client = served.client()
+    crashed = client.threads.create(metadata={"team": "crash"})["thread_id"]
+    with contextlib.closing(served.agent.stream([ChatMessage.from_user("work one")], thread_id=crashed)) as events:
+        for event in events:
+            data = event.to_dict()
+            if data["type"] == "checkpoint_committed" and data["source"] == "model":
+                break  # the model's call is committed; its tool never starts
+    monkeypatch.setenv("HAYSTACK_STATE_TEST_WORK_SECONDS", "2")
+    cancelled = client.threads.create(metadata={"team": "cancel"})["thread_id"]
+    run = client.runs.create(cancelled, "agent", input=human("work two"))
+    deadline = time.monotonic() + 30
+    while "two" not in calls_of(log):  # the tool is running now
+        assert time.monotonic() < deadline, "the tool call did not start"
+        time.sleep(0.02)
+    client.runs.cancel(cancelled, run["run_id"], wait=True)
+    monkeypatch.setenv("HAYSTACK_STATE_TEST_WORK_SECONDS", "0")
+    for thread_id in (crashed, cancelled):
+        head = client.threads.get_state(thread_id)
+        assert head["next"] == ["tools"] and head["interrupts"] == [], head
+    return crashed, cancelled
+
+
+def test_stopped_calls_are_finished_or_closed(
+    served: Served, page: Page, shots: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("HAYSTACK_STATE_TEST_TOOL_LOG", str(log))
+    crashed, cancelled = stop_calls(served, monkeypatch, log)
+    page.goto(f"{served.url}/ui/?thread={crashed}")
+    messages = page.locator("#messages .message")
+    stopped = page.locator("#stopped")
+
+    # After a crash: the call, how its run stopped, both ways out, and what a new message would do.
+    expect(stopped.locator("h3")).to_contain_text("the run crashed")
+    expect(stopped.locator(".action")).to_have_count(1)
+    expect(stopped.locator(".action")).to_contain_text("slow_work")
+    expect(stopped.locator(".action pre")).to_contain_text('"n": "one"')
+    expect(page.locator("#finish-calls")).to_be_visible()
+    expect(page.locator("#close-calls")).to_be_visible()
+    expect(page.locator("#send-note")).to_be_hidden()
+    page.fill("#send-input", "hi")
+    expect(page.locator("#send-note")).to_contain_text("finishes the stopped calls first")
+    page.screenshot(path=shots / "inspector-stopped.png")
+    page.fill("#send-input", "")
+    expect(page.locator("#send-note")).to_be_hidden()
+
+    # Finish: the call runs, its result shows, and the model answers.
+    page.click("#finish-calls")
+    expect(messages.last).to_have_text("aiDone: worked one")
+    expect(page.locator("#messages .message.tool")).to_have_text("tool · slow_workworked one")
+    expect(stopped).to_be_hidden()
+    assert calls_of(log).count("one") == 1
+
+    # After a cancel: Close answers the call with an error result; it does not run again.
+    page.click(f"#thread-list li[data-thread-id='{cancelled}']")
+    expect(stopped.locator("h3")).to_contain_text("was cancelled")
+    expect(stopped.locator(".action pre")).to_contain_text('"n": "two"')
+    page.fill("#send-input", "hi")
+    expect(page.locator("#send-note")).to_contain_text("closes the stopped calls first")
+    page.fill("#send-input", "")
+    page.click("#close-calls")
+    tool = page.locator("#messages .message.tool")
+    expect(tool).to_have_class("message tool failed")
+    expect(tool).to_contain_text("was not run")
+    expect(messages.last).to_contain_text("aiDone: This tool call was not run")
+    expect(stopped).to_be_hidden()
+    page.screenshot(path=shots / "inspector-closed.png")
+    assert calls_of(log).count("two") == 1
+    assert served.agent.get_state(cancelled).pending_tool_calls == []

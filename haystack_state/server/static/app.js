@@ -2,7 +2,7 @@
 "use strict";
 
 const $ = (selector) => document.querySelector(selector);
-const state = { assistant: null, threadId: null, thread: null, history: [], view: "conversation" };
+const state = { assistant: null, threadId: null, thread: null, stopped: null, history: [], view: "conversation" };
 
 // --- the API ---------------------------------------------------------------------------------------------------
 
@@ -99,8 +99,12 @@ async function refresh() {
   badge.textContent = thread.status;
   badge.className = `badge ${thread.status}`;
   $("#thread-meta").textContent = Object.keys(thread.metadata || {}).length ? JSON.stringify(thread.metadata) : "";
-  renderMessages((thread.values && thread.values.messages) || []);
+  const messages = (thread.values && thread.values.messages) || [];
+  const head = thread.values && thread.status !== "busy"
+    ? await api("GET", `/threads/${quote(state.threadId)}/state?select=next&select=metadata&select=interrupts`) : null;
+  renderMessages(messages);
   renderInterrupts(Object.values(thread.interrupts || {}).flat());
+  renderStopped(stoppedCalls(messages, head));
   renderState(thread.values || {});
   if (state.view === "history" || state.view === "diff") await loadHistory();
 }
@@ -156,6 +160,55 @@ async function resume(requests) {
     } else decisions.push({ type: chosen });
   }
   await streamRun({ command: { resume: { decisions } } });
+}
+
+// Stopped calls: a run stopped after the model asked for tools and before their results (it was cancelled, or its
+// process died). The head then waits on "tools" with no interrupt, and no tool message answers the last ai message's calls.
+function stoppedCalls(messages, head) {
+  if (!head || !(head.next || []).includes("tools") || (head.interrupts || []).length) return null;
+  const answered = new Set(messages.filter((m) => m.type === "tool").map((m) => m.tool_call_id));
+  const last = messages.filter((m) => m.type === "ai").pop();
+  const calls = ((last && last.tool_calls) || []).filter((c) => !answered.has(c.id));
+  return calls.length ? { calls, cancelled: (head.metadata || {}).cancelled || null } : null;
+}
+
+function renderStopped(stopped) {
+  state.stopped = stopped;
+  const box = $("#stopped");
+  box.hidden = !stopped;
+  renderSendNote();
+  if (!stopped) { box.replaceChildren(); return; }
+  const why = stopped.cancelled ? `the run ${short(stopped.cancelled.run_id)} was cancelled` : "the run crashed";
+  const rows = stopped.calls.map((call) => el("div", { class: "action", "data-call-id": call.id || "" },
+    el("div", {}, el("strong", {}, call.name), el("span", { class: "muted" }, `  #${call.id || ""}`)),
+    el("pre", {}, pretty(call.args))));
+  box.replaceChildren(el("h3", {}, `Stopped calls: ${why} before these tool calls returned`), ...rows,
+    el("p", { class: "muted" }, "Finish runs them now; Close answers them with errors saying the run stopped, without running them. "
+      + "Either way, the model then answers."),
+    el("div", { class: "buttons" },
+      el("button", { type: "button", class: "primary", id: "finish-calls", onclick: guarded(() => settle("finish")) }, "Finish"),
+      el("button", { type: "button", id: "close-calls", onclick: guarded(() => settle("close")) }, "Close")));
+}
+
+// A run without input settles the stopped calls: it finishes them, or closes them with the on_unfinished_calls policy.
+async function settle(how) {
+  const buttons = document.querySelectorAll("#stopped button");
+  for (const button of buttons) button.disabled = true;
+  try {
+    await streamRun(how === "close" ? { input: null, config: { configurable: { on_unfinished_calls: "close" } } } : { input: null });
+  } finally {
+    for (const button of buttons) button.disabled = false;
+  }
+}
+
+// What a message typed while calls are stopped will do first, by the Agent's default policy (an Agent may set another).
+function renderSendNote() {
+  const note = $("#send-note");
+  note.hidden = !state.stopped || !$("#send-input").value.trim();
+  if (!state.stopped) return;
+  note.textContent = state.stopped.cancelled
+    ? "Sending closes the stopped calls first (by default after a cancel: error results, not run), then the model answers."
+    : "Sending finishes the stopped calls first (by default after a crash: they run now), then the model answers.";
 }
 
 // Runs stream their values and the model's tokens over SSE (POST /threads/{id}/runs/stream): tokens grow a reply
@@ -222,6 +275,7 @@ async function send(event) {
   const text = input.value.trim();
   if (!text) return;
   input.value = "";
+  renderSendNote();
   const known = ((state.thread && state.thread.values && state.thread.values.messages) || []).slice();
   renderMessages([...known, { type: "human", content: text }]);
   await streamRun({ input: { messages: [{ type: "human", content: text }] } });
@@ -358,6 +412,7 @@ function init() {
   $("#thread-status").addEventListener("change", guarded(loadThreads));
   $("#new-thread").addEventListener("click", guarded(newThread));
   $("#send").addEventListener("submit", guarded(send));
+  $("#send-input").addEventListener("input", renderSendNote);
   $("#send-input").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("#send").requestSubmit();
   });
