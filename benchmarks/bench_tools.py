@@ -167,6 +167,42 @@ def main() -> None:
             f"haystack-ai {theirs - floor:.1f} us per call"
         )
 
+    many_calls(repeat)
+
+
+@tool
+def jot(text: str, state: State) -> str:
+    """
+    Write a note through the injected State.
+
+    :param text: The note.
+    """
+    state.set("notes", [text])
+    return "ok"
+
+
+def many_calls(repeat: int) -> None:
+    """
+    One model reply with many calls to a tool that receives the State, with no cap (``max_tool_calls=None``): each
+    call waits for the one before it (they all write the state), so planning and starting them must stay linear.
+    """
+    invoker = ToolInvoker(tools=[jot], max_tool_calls=None)
+
+    def run(n: int) -> Callable[[], None]:
+        calls = [ToolCall(tool_name="jot", arguments={"text": f"t{i}"}, id=f"c{i}") for i in range(n)]
+        message = ChatMessage.from_assistant(tool_calls=calls)
+
+        def once() -> None:
+            invoker.run(messages=[message], state=State({"notes": {"type": list[str]}}))
+
+        return once
+
+    small, large = (best_of(run(n), repeat) for n in (300, 1_200))
+    print(
+        f"one reply with uncapped calls to a State tool: 300 calls {small * 1e3:.1f} ms, 1,200 calls "
+        f"{large * 1e3:.1f} ms: {large / small:.1f}x for 4x the calls (target: at most 5x)"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -63,7 +63,8 @@ class PlannedCall:
     :param error: Why the call cannot run (unknown tool, bad arguments), or None.
     :param reads: The state keys it reads (``ALL_KEYS`` with an injected State).
     :param writes: The state keys it writes (``ALL_KEYS`` with an injected State).
-    :param after: The indexes of earlier calls whose writes it must see before it starts.
+    :param after: The indexes of earlier calls whose writes it must see before it starts: directly, or through a
+        call that writes every key (a tool that receives the State), which itself waits for every earlier writer.
     :param dropped: Hidden parameters the model sent values for (ignored).
     """
 
@@ -236,6 +237,10 @@ def plan_calls(
     """
     planned: list[PlannedCall] = []
     calls = [call for message in messages for call in message.tool_calls]
+    # The last call that writes every key (it waits, directly or not, for every earlier writer), and the writers of
+    # named keys since: a call waits for those of them whose writes it reads (linear in the calls, not quadratic).
+    last_all: int | None = None
+    since: list[PlannedCall] = []
     for tool_call in calls:
         index = len(planned)
         if max_calls is not None and index >= max_calls:
@@ -269,8 +274,15 @@ def plan_calls(
         injected = bool(spec.state_params)
         reads = ALL_KEYS if injected else frozenset(spec.inputs_from_state)
         writes = ALL_KEYS if injected else frozenset(spec.outputs_to_state)
-        after = frozenset(earlier.index for earlier in planned if _overlap(earlier.writes, reads))
-        planned.append(PlannedCall(index, tool_call, spec, arguments, None, reads, writes, after, dropped))
+        waits = [earlier.index for earlier in since if _overlap(earlier.writes, reads)]
+        if last_all is not None and reads:
+            waits.append(last_all)
+        call = PlannedCall(index, tool_call, spec, arguments, None, reads, writes, frozenset(waits), dropped)
+        planned.append(call)
+        if writes is ALL_KEYS:
+            last_all, since = index, []
+        elif writes:
+            since.append(call)
     return planned
 
 

@@ -108,6 +108,12 @@ class ToolBatch:
         self.chunks: list[StreamingChunk] = []
         self._merged = 0  # calls merged (or found pending), in call order
         self._started: set[int] = set()
+        # The calls not started yet, by the last call they wait for (-1: none): released once it is merged.
+        self._waiting: dict[int, list[PlannedCall]] = {}
+        for call in calls:
+            self._waiting.setdefault(max(call.after, default=-1), []).append(call)
+        self._released: list[PlannedCall] = []
+        self._release_below = -1
         self._outcomes: dict[int, tuple[bool, Any, StagedState | None]] = {}
         self._blocked: dict[int, PendingReason] = blocked_calls(calls, hold)
         self._durations: dict[int, float] = {}
@@ -133,11 +139,13 @@ class ToolBatch:
         :returns: ``(call, kwargs, staged)`` for each call to start.
         """
         merged = self._merged
+        while self._release_below < merged:  # the calls whose last dependency is merged now may start
+            self._released.extend(self._waiting.pop(self._release_below, ()))
+            self._release_below += 1
+        released, self._released = sorted(self._released, key=lambda c: c.index), []
         ready = []
-        for call in self.calls[merged:]:
+        for call in released:
             if call.index in self._started or call.error is not None or call.index in self._blocked:
-                continue
-            if any(dep >= merged for dep in call.after):
                 continue
             assert call.spec is not None
             staged = self.state.stage() if call.spec.state_params else None
