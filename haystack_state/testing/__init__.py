@@ -148,6 +148,8 @@ class ScriptedChatGenerator:
         self._position = 0
         self._next_call_id = 1
         self._lock = threading.Lock()
+        #: Whether :meth:`warm_up` was called (and :meth:`close` not since).
+        self.is_warmed_up = False
         # The last conversation counted: (the list, its length then, its first and last message then, their tokens).
         self._tally: tuple[list[ChatMessage], int, ChatMessage, ChatMessage, int] | None = None
 
@@ -174,6 +176,26 @@ class ScriptedChatGenerator:
     def remaining(self) -> int | None:
         """How many scripted replies are left, or ``None`` with a policy."""
         return None if self.policy is not None else len(self._replies) - self._position
+
+    def warm_up(self) -> None:
+        """
+        Get ready to answer, as a real chat generator loads its client: nothing to load here, but haystack's patterns
+        that warm a generator up (a hook or a component that holds one) run on this one unchanged.
+        ``is_warmed_up`` tells whether it was.
+        """
+        self.is_warmed_up = True
+
+    async def warm_up_async(self) -> None:
+        """:meth:`warm_up`, for callers that await it."""
+        self.warm_up()
+
+    def close(self) -> None:
+        """Release what the generator holds (nothing: it keeps its script and its recorded calls). Idempotent."""
+        self.is_warmed_up = False
+
+    async def close_async(self) -> None:
+        """:meth:`close`, for callers that await it."""
+        self.close()
 
     def reset(self) -> None:
         """Rewind the script, restart tool-call ids at ``call_1`` and forget the recorded calls."""

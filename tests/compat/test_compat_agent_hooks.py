@@ -706,3 +706,49 @@ def test_a_failing_tool_in_a_confirmed_call_is_reported_to_the_model(agent_class
     result = agent.run(messages=user())
     errors = [m.tool_call_result for m in result["messages"] if m.tool_call_result and m.tool_call_result.error]
     assert len(errors) == 1 and "disk" in errors[0].result
+
+
+class JudgeHook:
+    """
+    haystack's documented class-hook pattern: an LLM judge that holds its own chat generator, warms it up and closes
+    it with the hook, and asks it about the last reply (here the offline ``ScriptedChatGenerator``).
+    """
+
+    def __init__(self) -> None:
+        from haystack_state.testing import ScriptedChatGenerator
+
+        self.judge = ScriptedChatGenerator(script=["GOOD"] * 4)
+
+    def warm_up(self) -> None:
+        self.judge.warm_up()
+
+    async def warm_up_async(self) -> None:
+        await self.judge.warm_up_async()
+
+    def run(self, state: HaystackState) -> None:
+        assert self.judge.is_warmed_up, "the judge must be warmed up before it is used"
+        last = state.get("messages")[-1]
+        verdict = self.judge.run(messages=[ChatMessage.from_user(f"Judge: {last.text}")])["replies"][0].text
+        state.set("trace", [verdict])
+
+    async def run_async(self, state: HaystackState) -> None:
+        assert self.judge.is_warmed_up
+        last = state.get("messages")[-1]
+        replies = (await self.judge.run_async(messages=[ChatMessage.from_user(f"Judge: {last.text}")]))["replies"]
+        state.set("trace", [replies[0].text])
+
+    def close(self) -> None:
+        self.judge.close()
+
+    async def close_async(self) -> None:
+        await self.judge.close_async()
+
+
+def test_an_llm_judge_hook_with_the_scripted_generator(agent_class: Any) -> None:
+    judge = JudgeHook()
+    agent = agent_class(chat_generator=scripted("a", "b"), state_schema=TRACE, hooks={"after_run": [judge]})
+    assert agent.run(messages=user())["trace"] == ["GOOD"]
+    assert asyncio.run(agent.run_async(messages=user()))["trace"] == ["GOOD"]
+    assert [call.messages[0].text for call in judge.judge.calls] == ["Judge: a", "Judge: b"]
+    agent.close()
+    assert not judge.judge.is_warmed_up
