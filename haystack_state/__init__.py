@@ -64,6 +64,7 @@ from haystack_state.runtime import RunContext
 from haystack_state.state import StagedState, State
 from haystack_state.store import InMemoryStore, Item, SQLiteStore, Store
 from haystack_state.tools import ComponentTool, FunctionTool, ToolSpec, tool, tool_spec, tool_specs
+from haystack_state.tools.haystack_compat import recognize_our_state
 from haystack_state.values import FrozenDict, FrozenList, thaw
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ if TYPE_CHECKING:
 # Our handlers and components are named by import path in serialized schemas and pipeline YAML; haystack-ai only
 # loads callables and classes from allowlisted modules, and this package is safe to load from.
 allow_deserialization_module("haystack_state")
+# haystack-ai's @tool, ComponentTool and Agent recognise our State as theirs (the one-line import switch).
+recognize_our_state()
 
 __all__ = [
     "ReadOnlyStateKeyError",

@@ -21,7 +21,7 @@ from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.dataclasses import ChatMessage, StreamingChunk
 from haystack.tools import ComponentTool as HaystackComponentTool
 from haystack.tools import Toolset, tool
-from haystack.tools.errors import SchemaGenerationError, ToolInvocationError
+from haystack.tools.errors import ToolInvocationError
 from haystack.utils import Secret
 
 from compat.agent_helpers import (
@@ -540,17 +540,15 @@ def test_a_tool_taking_haystacks_state_works_in_both_agents(agent_class: Any) ->
         assert result["notes"] == ["tea"]
 
 
-def test_a_tool_taking_our_state_gets_no_state_in_haystacks_agent() -> None:
-    """A known limit (README): haystack-ai injects only its own State class (an identity check)."""
-    with pytest.raises(SchemaGenerationError):
-        tool(note_with_our_state)
-    made = our_tool(note_with_our_state)
-    model = scripted(call(made.name, text="tea"), "done")
-    result = HaystackAgent(chat_generator=model, tools=[made], state_schema=NOTES).run(messages=user())
-    assert "notes" not in result
-    assert "missing 1 required positional argument: 'state'" in str(texts(result["messages"])[2])
-    model = scripted(call(made.name, text="tea"), "done")
-    assert Agent(chat_generator=model, tools=[made], state_schema=NOTES).run(user())["notes"] == ["tea"]
+def test_a_tool_taking_our_state_gets_the_state_in_haystacks_agent() -> None:
+    """haystack-ai's State check (an identity test) recognises our State once haystack_state is imported."""
+    for made in (tool(note_with_our_state), our_tool(note_with_our_state)):
+        assert "state" not in made.parameters["properties"]
+        model = scripted(call(made.name, text="tea"), "done")
+        result = HaystackAgent(chat_generator=model, tools=[made], state_schema=NOTES).run(messages=user())
+        assert result["notes"] == ["tea"]
+        model = scripted(call(made.name, text="tea"), "done")
+        assert Agent(chat_generator=model, tools=[made], state_schema=NOTES).run(user())["notes"] == ["tea"]
 
 
 @pytest.mark.usefixtures("trusted_here")
