@@ -46,6 +46,7 @@ from haystack_state.errors import (
     ToolNotFoundError,
     ToolTimeoutError,
     UnknownStateKeyError,
+    UnstorableTextError,
     UnstorableValueError,
 )
 from haystack_state.handlers import RESET, add, merge_dicts, merge_lists, replace_values, unique
@@ -138,6 +139,7 @@ __all__ = [
     "ToolTimeoutError",
     "ToolSpec",
     "UnknownStateKeyError",
+    "UnstorableTextError",
     "UnstorableValueError",
     "interrupt",
     "add",

@@ -14,6 +14,8 @@ from haystack.components.agents.tool_calling import ToolNotFoundException as Hay
 from haystack.tools.errors import SchemaGenerationError
 from haystack.tools.errors import ToolInvocationError as HaystackToolInvocationError
 
+from haystack_state.text import find_bad_text, shown
+
 
 class HaystackStateError(Exception):
     """Base class of every error raised by haystack-state."""
@@ -112,14 +114,65 @@ class UnstorableValueError(StateTypeError):
             "run(..., context=obj), and read them in a tool through a parameter annotated RunContext[T] (ctx.deps).",
         )
 
-    def for_key(self, key: str) -> UnstorableValueError:
+    def for_key(self, key: str, whole: Any = None) -> UnstorableValueError:
         """
         The same error, naming the state key that was written.
 
         :param key: The key.
+        :param whole: The whole value written to the key (text errors use it to name where the text is).
         :returns: A new error.
         """
         return UnstorableValueError(key, self.value, self.reason)
+
+
+class UnstorableTextError(UnstorableValueError):
+    """
+    Text that cannot be stored: a string (a value, a dict key, a dataclass field, however deep) holding a lone
+    surrogate, a code point between U+D800 and U+DFFF that is half of a UTF-16 pair rather than a character (JSON's
+    ``"\\ud800"`` escape decodes to one). Every backend stores text as UTF-8, which cannot encode it. Raised by State
+    writes and by checkpointer commits before anything is written: the state and the storage are unchanged.
+
+    :param key: The state key written, or None when there is none yet (or the text is not a state value).
+    :param problem: What is wrong (``"lone surrogate '\\ud800' at position 3 is not valid Unicode text"``).
+    :param path: Where in the value the text is (``"[2].text"``), or "" for the value itself.
+    :param subject: What holds the text when it is not a state key (``"The checkpoint metadata"``).
+    :param value: The string at fault.
+    """
+
+    def __init__(
+        self, key: str | None, problem: str, *, path: str = "", subject: str | None = None, value: Any = None
+    ) -> None:
+        self.key = key  # type: ignore[assignment]  # None only before a State names the key
+        self.expected = "text that is valid Unicode"
+        self.value = value
+        self.reason = problem
+        self.path = path
+        self.subject = subject
+        if subject is None:
+            subject = f"State key {_named(key)}" if key is not None else "The State"
+        at = f" at {path}" if path else ""
+        HaystackStateError.__init__(
+            self,
+            f"{subject} cannot hold the text{at}: {problem}. Text is stored as UTF-8, which cannot encode it; "
+            "replace the character (for example with U+FFFD, '\\ufffd') or leave it out.",
+        )
+
+    def for_key(self, key: str, whole: Any = None) -> UnstorableTextError:
+        """
+        The same error, naming the state key that was written, and where in its value the text is.
+
+        :param key: The key.
+        :param whole: The whole value written to the key, searched for the text.
+        :returns: A new error.
+        """
+        found = find_bad_text(whole) if whole is not None else None
+        if found is None:
+            return UnstorableTextError(key, self.reason, path=self.path, value=self.value)
+        return UnstorableTextError(key, found.problem, path=found.python_path(), value=self.value)
+
+
+def _named(key: str) -> str:
+    return f"'{key}'" if key.isprintable() else shown(key)
 
 
 # --- Tools -----------------------------------------------------------------------------------------

@@ -243,7 +243,13 @@ class State:
         :raises TypeError: If ``handler_override`` is not callable.
         """
         fast = self._fast_types.get(key)
-        if fast is not None and handler_override is None and type(value) in fast:
+        kind = type(value)
+        if (
+            fast is not None
+            and handler_override is None
+            and kind in fast
+            and (kind is not str or value.isascii())  # other text is checked on the locked path (freeze)
+        ):
             # An immutable value of a type this key already accepted, replacing the old one: a single dict store,
             # atomic under the GIL, so it needs no lock. Locked writers re-check before they store (see _write).
             self._values[key] = value
@@ -260,7 +266,7 @@ class State:
                 try:
                     frozen = [freeze(each) for each in value]
                 except UnstorableValueError as exc:
-                    raise exc.for_key(key) from exc.__cause__
+                    raise exc.for_key(key, value) from exc.__cause__
                 has_objects = any(map(needs_copy_on_read, frozen))
                 with self._lock:
                     current = self._values.get(key)
@@ -276,12 +282,12 @@ class State:
                         self._journal[key] = None
                         return
             else:  # a single item: the common case of an agent appending one result at a time
-                if type(value) not in accepted:
+                if kind not in accepted:
                     check(key, value, items_of)
                 try:
                     item = freeze(value)
                 except UnstorableValueError as exc:
-                    raise exc.for_key(key) from exc.__cause__
+                    raise exc.for_key(key, value) from exc.__cause__
                 has_objects = type(item) not in SHAREABLE and needs_copy_on_read(item)
                 with self._lock:
                     current = self._values.get(key)
@@ -467,7 +473,7 @@ class State:
                 self._journal[key] = None
                 self._values[key] = frozen
         except UnstorableValueError as exc:
-            raise exc.for_key(key) from exc.__cause__
+            raise exc.for_key(key, value) from exc.__cause__
 
     def _write(self, key: str, value: Any, handler_override: Handler | None) -> None:
         spec = self._spec(key)
@@ -496,7 +502,7 @@ class State:
             try:
                 frozen = [freeze(item) for item in items]
             except UnstorableValueError as exc:
-                raise exc.for_key(key) from exc.__cause__
+                raise exc.for_key(key, value) from exc.__cause__
             has_objects = any(map(needs_copy_on_read, frozen))
             if current is None:
                 self._values[key] = frozen
@@ -704,7 +710,7 @@ class StagedState(State):
             try:
                 value = freeze(value)
             except UnstorableValueError as exc:
-                raise exc.for_key(key) from exc.__cause__
+                raise exc.for_key(key, value) from exc.__cause__
         super()._write(key, value, handler_override)
         self.writes.append((key, value, handler_override))
 

@@ -11,7 +11,10 @@ A value enters the state once, through :func:`freeze`, which takes a private, re
 - other objects (pydantic models, arbitrary classes, and subclasses of ``dict`` and ``list`` such as
   ``collections.Counter``, whose type must survive) are deep-copied. An object that cannot be copied (a database
   connection, a lock, a socket, a generator), and the run's ``RunContext``, are refused with an
-  :class:`~haystack_state.errors.UnstorableValueError`: live objects belong in ``run(..., context=obj)``.
+  :class:`~haystack_state.errors.UnstorableValueError`: live objects belong in ``run(..., context=obj)``;
+- text is checked on the way: a string that no backend can store (a lone surrogate, see :mod:`haystack_state.text`),
+  as a value, a dict key or a dataclass field, is refused with an :class:`~haystack_state.errors.UnstorableTextError`.
+  ASCII text costs one flag test; text inside other objects is checked when a checkpointer stores it.
 
 Reading goes through :func:`read`, which is cheap: the top-level container comes back as a fresh, ordinary
 ``list``/``dict``/``set`` (a shallow copy, one C-level pass) that the caller may change at will; everything
@@ -34,8 +37,9 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, NoReturn
 
-from haystack_state.errors import UnstorableValueError
+from haystack_state.errors import UnstorableTextError, UnstorableValueError
 from haystack_state.runtime import RunContext
+from haystack_state.text import shown, text_problem
 
 __all__ = [
     "SCALARS",
@@ -310,7 +314,12 @@ def _freeze_dataclass(value: Any) -> Any:
         attributes = value.__dict__.copy()
         for name in info.fields:
             inner = attributes.get(name, _UNSET)
-            if inner is _UNSET or type(inner) in _AS_IS:
+            if inner is _UNSET:
+                continue
+            kind = type(inner)
+            if kind in _AS_IS:
+                if kind is str and not inner.isascii():
+                    _check_text(inner)
                 continue
             frozen = freeze(inner)
             if frozen is not inner:
@@ -321,7 +330,12 @@ def _freeze_dataclass(value: Any) -> Any:
     clone = _shallow_copy(value, info)
     for name in info.fields:
         inner = getattr(value, name, _UNSET)
-        if inner is _UNSET or type(inner) in _AS_IS:
+        if inner is _UNSET:
+            continue
+        kind = type(inner)
+        if kind in _AS_IS:
+            if kind is str and not inner.isascii():
+                _check_text(inner)
             continue
         frozen = freeze(inner)
         if frozen is not inner:
@@ -401,14 +415,38 @@ def freeze(value: Any) -> Any:
     """
     kind = type(value)
     if kind in _AS_IS:
+        if kind is str and not value.isascii():
+            _check_text(value)
         return value
     if kind is dict:
+        for key, item in value.items():  # its text (the rest is checked as it is frozen): a flag test for ASCII
+            if (type(key) is str and not key.isascii()) or (type(item) is str and not item.isascii()):
+                _check_dict_text(value)
+                break
         if SCALARS.issuperset(map(type, value.values())):
             return FrozenDict(value)
         return frozen_dict({k: freeze(v) for k, v in value.items()})
     if kind is list:
         return frozen_list([freeze(v) for v in value])
     return _freezer(kind)(value)
+
+
+def _check_text(text: str) -> None:
+    """Refuse a (non-ASCII) string that cannot be stored."""
+    problem = text_problem(text)
+    if problem is not None:
+        raise UnstorableTextError(None, problem, value=text)
+
+
+def _check_dict_text(value: dict[Any, Any]) -> None:
+    """Refuse a dict whose keys or string values cannot be stored (its other values are checked as they are frozen)."""
+    for key, item in value.items():
+        if type(key) is str and not key.isascii():
+            problem = text_problem(key)
+            if problem is not None:
+                raise UnstorableTextError(None, f"key {shown(key)}: {problem}", value=key)
+        if type(item) is str and not item.isascii():
+            _check_text(item)
 
 
 def needs_copy_on_read(value: Any) -> bool:

@@ -289,6 +289,33 @@ def test_a_hostile_reply_leaves_the_thread_usable(tmp_path: Path, case: str, arg
     assert agent.get_state("t").values["messages"][-1].text == "Hello again."
 
 
+@tool
+def garbled(text: str) -> str:
+    """Echo text decoded from bytes that were not UTF-8 (as errors="surrogateescape" leaves it)."""
+    return f"{text} \udced"
+
+
+def test_lone_surrogates_in_a_reply_and_a_tool_result_are_replaced_and_the_thread_is_stored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A State and a checkpoint refuse lone surrogates; what a model or a tool produces gets U+FFFD instead."""
+    reasoning = ChatMessage.from_assistant(
+        "thinking \ud800", reasoning="why \udfff", tool_calls=[ToolCall(tool_name="garbled", arguments={"text": "x"})]
+    )
+    generator = ScriptedChatGenerator(script=[reasoning, "done \udc80"])
+    agent = Agent(generator, tools=[garbled], checkpointer=SQLiteCheckpointer(tmp_path / "threads.db"))
+    with caplog.at_level("WARNING"):
+        result = agent.run([ChatMessage.from_user("go")], thread_id="t")
+    texts = [m.text or (m.tool_call_result.result if m.tool_call_result else None) for m in result["messages"]]
+    assert texts == ["go", "thinking \ufffd", "x \ufffd", "done \ufffd"]
+    assert result["messages"][1].reasoning.reasoning_text == "why \ufffd"
+    assert "Tool 'garbled': its result holds text that is not valid Unicode" in caplog.text
+    assert "The model's reply holds text that is not valid Unicode" in caplog.text
+    stored = SQLiteCheckpointer(tmp_path / "threads.db").get("t").values["messages"]
+    assert stored == result["messages"]
+    assert safe_tool_calls(ChatMessage.from_assistant("clean é")).text == "clean é"
+
+
 # --- max_tool_calls -------------------------------------------------------------------------------------------------
 
 

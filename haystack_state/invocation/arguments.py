@@ -23,9 +23,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from haystack.dataclasses import ChatMessage, ToolCall
+from haystack import logging
+from haystack.dataclasses import ChatMessage, ReasoningContent, TextContent, ToolCall
 
 from haystack_state.errors import ToolArgumentsError, ToolNotFoundError
+from haystack_state.text import replace_surrogates, surrogate_at
 from haystack_state.tools.spec import ToolSpec
 
 __all__ = [
@@ -46,6 +48,8 @@ MAX_ARGUMENT_DEPTH = 100
 MAX_ARGUMENT_CHARS = 2_000_000
 #: The key of the arguments that :func:`safe_tool_calls` puts in place of arguments it could not keep.
 INVALID_ARGUMENTS = "__invalid_arguments__"
+
+logger = logging.getLogger(__name__)
 
 #: Integers longer than this (about 4,200 digits) cannot be converted to and from text by Python, hence not stored.
 _MAX_INT_BITS = 14_000
@@ -335,11 +339,30 @@ def safe_tool_call(tool_call: ToolCall) -> ToolCall:
     )
 
 
+def _storable_text(reply: ChatMessage) -> ChatMessage:
+    """The reply, or a copy whose lone surrogates (which no checkpoint can store) are replaced by U+FFFD."""
+    content = []
+    for part in reply._content:
+        if isinstance(part, TextContent) and surrogate_at(part.text) >= 0:
+            part = TextContent(replace_surrogates(part.text))
+        elif isinstance(part, ReasoningContent) and surrogate_at(part.reasoning_text) >= 0:
+            part = dataclasses.replace(part, reasoning_text=replace_surrogates(part.reasoning_text))
+        content.append(part)
+    if all(new is old for new, old in zip(content, reply._content, strict=True)):
+        return reply
+    logger.warning(
+        "The model's reply holds text that is not valid Unicode (lone surrogates); they are replaced by U+FFFD, so "
+        "that the reply can be stored."
+    )
+    return dataclasses.replace(reply, _content=content)
+
+
 def safe_tool_calls(reply: ChatMessage) -> ChatMessage:
     """
-    A model reply whose tool calls can all be stored (see :func:`safe_tool_call`): the reply itself when they can,
-    else a copy with the offending calls replaced. Apply it to a model's reply before writing it to a State that is
-    checkpointed, so that no model output can make a commit fail and wedge the thread.
+    A model reply that can be stored: its tool calls (see :func:`safe_tool_call`) and its texts (lone surrogates,
+    which no checkpoint can store, become U+FFFD). The reply itself when it can, else a copy with the offending calls
+    and texts replaced. Apply it to a model's reply before writing it to a State that is checkpointed, so that no
+    model output can make a commit fail and wedge the thread.
 
     Usage example:
 
@@ -358,6 +381,7 @@ def safe_tool_calls(reply: ChatMessage) -> ChatMessage:
     """
     if not isinstance(reply, ChatMessage):
         return reply
+    reply = _storable_text(reply)
     calls = reply.tool_calls
     if not calls:
         return reply

@@ -27,6 +27,7 @@ from haystack_state.errors import (
 from haystack_state.invocation.arguments import read_arguments, resolve_tool, safe_tool_call, shown
 from haystack_state.runtime import STORE_PARAM
 from haystack_state.state import State
+from haystack_state.text import replace_surrogates, surrogate_at
 from haystack_state.tools.spec import ToolSpec
 from haystack_state.values import to_jsonable
 
@@ -400,9 +401,21 @@ def result_message(spec: ToolSpec, tool_call: ToolCall, result: Any) -> ChatMess
     """
     config = spec.outputs_to_string or {}
     if not config or any(k in config for k in ("source", "handler", "raw_result")):
-        return ChatMessage.from_tool(tool_result=_render(config, result), origin=tool_call)
+        return ChatMessage.from_tool(tool_result=_storable(tool_call, _render(config, result)), origin=tool_call)
     rendered = {name: _render({**sub, "raw_result": False}, result) for name, sub in config.items()}
-    return ChatMessage.from_tool(tool_result=result_to_string(rendered), origin=tool_call)
+    return ChatMessage.from_tool(tool_result=_storable(tool_call, result_to_string(rendered)), origin=tool_call)
+
+
+def _storable(tool_call: ToolCall, text: Any) -> Any:
+    """A result's text with lone surrogates (which no checkpoint can store) replaced by U+FFFD, with a warning."""
+    if not isinstance(text, str) or surrogate_at(text) < 0:
+        return text
+    logger.warning(
+        "Tool '{tool_name}': its result holds text that is not valid Unicode (lone surrogates); they are replaced "
+        "by U+FFFD, so that the result can be stored and sent to the model.",
+        tool_name=shown(tool_call.tool_name),
+    )
+    return replace_surrogates(text)
 
 
 def error_message(tool_call: ToolCall, error: BaseException) -> ChatMessage:
@@ -413,7 +426,7 @@ def error_message(tool_call: ToolCall, error: BaseException) -> ChatMessage:
     :param error: The failure.
     :returns: The tool message.
     """
-    return ChatMessage.from_tool(tool_result=str(error), origin=tool_call, error=True)
+    return ChatMessage.from_tool(tool_result=replace_surrogates(str(error)), origin=tool_call, error=True)
 
 
 def _cause(exc: BaseException) -> BaseException:

@@ -31,6 +31,7 @@ from haystack_state.errors import (
     CodecError,
     ThreadConflictError,
     ThreadNotFoundError,
+    UnstorableTextError,
 )
 from haystack_state.flows import FlowDriver
 from haystack_state.persistence import ops
@@ -45,7 +46,15 @@ from haystack_state.persistence.chain import (
     state_json,
 )
 from haystack_state.persistence.codec import decode, encode, to_json
-from haystack_state.persistence.delta import Delta, ExtendError, Source, encode_delta, new_checkpoint_id
+from haystack_state.persistence.delta import (
+    Delta,
+    ExtendError,
+    Source,
+    checked_json,
+    delta_json,
+    encode_delta,
+    new_checkpoint_id,
+)
 from haystack_state.persistence.delta import utc_now as utc_now
 from haystack_state.persistence.leases import new_owner
 from haystack_state.persistence.ops import Flow
@@ -63,6 +72,7 @@ from haystack_state.persistence.records import (
     valid_checkpoint_id,
 )
 from haystack_state.persistence.retention import prune_flow, ttl_seconds
+from haystack_state.text import find_bad_text
 
 __all__ = [
     "ChainLink",
@@ -195,6 +205,8 @@ class Checkpointer(StateReader, FlowDriver):
         :raises ThreadBusyError: If ``lease`` is given and another owner holds a live lease on the thread.
         :raises CheckpointNotFoundError: If ``parent_id`` is not a checkpoint of the thread.
         :raises CodecError: If a value cannot be encoded (the message names the state key).
+        :raises UnstorableTextError: If a value, a state key, the metadata or a tool name holds text that is not
+            valid Unicode (a lone surrogate; the message names the key and where in the value). Nothing is written.
         :raises CheckpointStorageError: If the storage fails (nothing is written).
         :raises ValueError: If the thread id, delta, source, step or tool names are malformed.
         """
@@ -551,7 +563,8 @@ class Checkpointer(StateReader, FlowDriver):
             raise CheckpointNotFoundError(thread_id, repr(parent_id))
         encoded = encode_delta(delta)
         encoded_metadata = encode(dict(metadata or {}), where="metadata")
-        delta_text = to_json(encoded)
+        delta_text = delta_json(delta, encoded)
+        metadata_text = checked_json(encoded_metadata, metadata, "The checkpoint metadata")
         chain_bytes, base_bytes = len(delta_text), 0
         if parent_id is not None:
             info = self._cache.chain_info(thread_id, parent_id)
@@ -592,7 +605,7 @@ class Checkpointer(StateReader, FlowDriver):
             tool_names=tuple(tool_names),
             created_at=now,
             changed_keys=tuple(encoded),
-            metadata=to_json(encoded_metadata),
+            metadata=metadata_text,
             delta=delta_text,
             snapshot=snapshot,
             chain_bytes=chain_bytes,
@@ -730,5 +743,8 @@ def _check_commit_args(
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}.")
     if isinstance(tool_names, str) or not all(isinstance(name, str) for name in tool_names):
         raise ValueError(f"tool_names must be a sequence of strings, got {tool_names!r}.")
+    found = find_bad_text(list(tool_names))
+    if found is not None:
+        raise UnstorableTextError(None, found.problem, path=found.python_path(), subject="The checkpoint's tool_names")
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}.")

@@ -21,6 +21,7 @@ from haystack_state.errors import CheckpointError, CheckpointNotFoundError, Code
 from haystack_state.persistence.codec import encode, from_json, to_json
 from haystack_state.persistence.delta import ExtendError, compose_deltas, validate_delta
 from haystack_state.persistence.records import ChainLink
+from haystack_state.text import repaired
 from haystack_state.values import FrozenList, FrozenListWithObjects
 
 __all__ = [
@@ -92,7 +93,7 @@ def parse_delta(thread_id: str, checkpoint_id: str, text: str) -> dict[str, Any]
         validate_delta(delta)
     except ValueError as error:  # CodecError is a ValueError too
         raise corrupt_error(thread_id, checkpoint_id, error) from None
-    return dict(delta)
+    return dict(repaired(delta, text, thread_id=thread_id, checkpoint_id=checkpoint_id, what="delta"))
 
 
 def parse_snapshot(thread_id: str, checkpoint_id: str, text: str) -> dict[str, Any]:
@@ -107,7 +108,7 @@ def parse_snapshot(thread_id: str, checkpoint_id: str, text: str) -> dict[str, A
         raise corrupt_error(thread_id, checkpoint_id, error) from None
     if type(state) is not dict or not all(isinstance(key, str) and key for key in state):
         raise corrupt_error(thread_id, checkpoint_id, CodecError("its snapshot is not a mapping of state keys"))
-    return state
+    return dict(repaired(state, text, thread_id=thread_id, checkpoint_id=checkpoint_id, what="snapshot"))
 
 
 def check_chain(thread_id: str, checkpoint_id: str, stop_at: str | None, chain: Sequence[ChainLink]) -> None:

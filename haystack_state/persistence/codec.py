@@ -30,7 +30,7 @@ from typing import Any
 
 from haystack.dataclasses import ChatMessage
 
-from haystack_state.errors import CodecError
+from haystack_state.errors import CodecError, UnstorableTextError
 from haystack_state.persistence.message_codec import (
     decode_chat_message,
     encode_chat_message,
@@ -38,6 +38,7 @@ from haystack_state.persistence.message_codec import (
 )
 from haystack_state.persistence.registry import BUILTIN_TAGS, adapter_for_class, adapter_for_name
 from haystack_state.runtime import RunContext
+from haystack_state.text import text_problem
 from haystack_state.values import SCALARS, FrozenDict, freeze, frozen_dict, frozen_list
 
 TYPE_KEY = "__type__"
@@ -538,15 +539,20 @@ def decode(
 # --- JSON text ---------------------------------------------------------------------------------------------------
 
 
-def to_json(data: Any) -> str:
+def to_json(data: Any, *, strict: bool = False) -> str:
     """
     Serialize already-encoded data to compact JSON text.
 
-    Non-ASCII text is kept as is; if the text cannot be stored as UTF-8 (lone surrogates), it is escaped instead.
+    Non-ASCII text is kept as is; if the text cannot be stored as UTF-8 (lone surrogates), it is escaped instead, or
+    refused with ``strict``.
 
     :param data: JSON-compatible data, as returned by :func:`encode`.
+    :param strict: Refuse text that is not valid Unicode (see :mod:`haystack_state.text`) instead of escaping it, as
+        a checkpointer does for what a commit writes. The check is the UTF-8 test that serializing does anyway.
     :returns: The JSON text.
     :raises CodecError: If the data is not JSON-compatible.
+    :raises UnstorableTextError: With ``strict``, for text that is not valid Unicode (naming no key: the caller
+        knows which value it serialized).
     """
     try:
         text = _ENCODER.encode(data)
@@ -556,7 +562,9 @@ def to_json(data: Any) -> str:
         return text
     try:
         text.encode("utf-8")
-    except UnicodeEncodeError:
+    except UnicodeEncodeError as error:
+        if strict:
+            raise UnstorableTextError(None, text_problem(text) or str(error)) from None
         text = json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     return text
 

@@ -21,7 +21,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from haystack_state.persistence.codec import encode
+from haystack_state.errors import UnstorableTextError
+from haystack_state.persistence.codec import encode, to_json
+from haystack_state.text import find_bad_text, shown, text_problem
 
 Source = Literal["input", "model", "tools", "update"]
 SOURCES: tuple[str, ...] = ("input", "model", "tools", "update")
@@ -105,6 +107,55 @@ def encode_delta(delta: Delta) -> dict[str, dict[str, Any]]:
         else:
             encoded[key] = {"op": "delete"}
     return encoded
+
+
+def delta_json(delta: Delta, encoded: Mapping[str, Mapping[str, Any]]) -> str:
+    """
+    The JSON text a commit stores for its delta (see :func:`encode_delta`), refusing text that is not valid Unicode.
+
+    :param delta: The delta, with decoded values.
+    :param encoded: The same delta encoded.
+    :returns: The JSON text.
+    :raises UnstorableTextError: Naming the state key and where in its value the text is.
+    """
+    try:
+        return to_json(encoded, strict=True)
+    except UnstorableTextError:
+        raise _delta_text_error(delta, encoded) from None
+
+
+def _delta_text_error(delta: Delta, encoded: Mapping[str, Mapping[str, Any]]) -> UnstorableTextError:
+    for key, op in delta.items():
+        problem = text_problem(key)
+        if problem is not None:
+            return UnstorableTextError(key, problem, subject=f"The name of state key {shown(key)}", value=key)
+        extend = op["op"] == "extend"
+        found = find_bad_text(list(op["items"]) if extend else op.get("value"))
+        where = " of the appended items" if extend else ""
+        if found is None:  # inside an object the walk does not look into: where it is as stored
+            found = find_bad_text(encoded[key].get("items", encoded[key].get("value")))
+            where += " (as stored)"
+        if found is not None:
+            return UnstorableTextError(key, found.problem, path=(found.python_path() + where).strip())
+    return UnstorableTextError(None, "text that is not valid Unicode", subject="The delta")
+
+
+def checked_json(data: Any, value: Any, subject: str) -> str:
+    """
+    The JSON text of encoded data (checkpoint metadata), refusing text that is not valid Unicode.
+
+    :param data: The encoded data.
+    :param value: The value it was encoded from (searched for the text when it is refused).
+    :param subject: What the value is, for the error (``"The checkpoint metadata"``).
+    :raises UnstorableTextError: Naming ``subject`` and where in the value the text is.
+    """
+    try:
+        return to_json(data, strict=True)
+    except UnstorableTextError as error:
+        found = find_bad_text(value) or find_bad_text(data)
+        if found is None:
+            raise UnstorableTextError(None, error.reason, subject=subject) from None
+        raise UnstorableTextError(None, found.problem, path=found.python_path(), subject=subject) from None
 
 
 def apply_delta(state: Mapping[str, Any], delta: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

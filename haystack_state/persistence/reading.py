@@ -26,6 +26,7 @@ from haystack_state.persistence.codec import decode, from_json
 from haystack_state.persistence.delta import ExtendError, check_extends
 from haystack_state.persistence.ops import Flow
 from haystack_state.persistence.records import ChainLink, CheckpointMeta, StoredCheckpoint
+from haystack_state.text import repaired
 
 __all__ = ["Materialized", "StateReader", "adopt_op", "decode_op_values"]
 
@@ -73,7 +74,7 @@ class StateReader:
         """Build a row's record, decoding its metadata unless given (decoded already)."""
         if metadata is None:
             try:
-                metadata = {} if row.metadata == "{}" else decode(from_json(row.metadata), where="metadata")
+                metadata = {} if row.metadata == "{}" else decode(self._stored_metadata(row), where="metadata")
             except CodecError as error:
                 raise corrupt_error(row.thread_id, row.checkpoint_id, error) from None
             if not isinstance(metadata, dict):
@@ -89,6 +90,12 @@ class StateReader:
             changed_keys=row.changed_keys,
             metadata=metadata,
         )
+
+    @staticmethod
+    def _stored_metadata(row: StoredCheckpoint) -> Any:
+        """A row's metadata, parsed (text stored before lone surrogates were refused reads repaired)."""
+        data = from_json(row.metadata)
+        return repaired(data, row.metadata, thread_id=row.thread_id, checkpoint_id=row.checkpoint_id, what="metadata")
 
     def _materialize(self, row: StoredCheckpoint, *, cache: bool, read_only: bool) -> Flow[Materialized]:
         """

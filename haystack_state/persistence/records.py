@@ -11,6 +11,7 @@ import json
 from typing import Any, NamedTuple
 
 from haystack_state.errors import CheckpointError
+from haystack_state.text import repaired
 
 #: The longest thread id accepted, in characters and in UTF-8 bytes (every backend indexes it as text).
 MAX_THREAD_ID = 1000
@@ -260,10 +261,10 @@ def parse_row(
         raise corrupt("step", step, "an integer of at least 0")
     if source not in SOURCES:
         raise corrupt("source", source, f"one of {', '.join(SOURCES)}")
-    names = _string_list(tool_names)
+    names = _string_list(tool_names, thread_id, checkpoint_id, "tool_names")
     if names is None:
         raise corrupt("tool_names", tool_names, "a JSON array of strings")
-    keys = _string_list(changed_keys)
+    keys = _string_list(changed_keys, thread_id, checkpoint_id, "changed_keys")
     if keys is None:
         raise corrupt("changed_keys", changed_keys, "a JSON array of strings")
     created = _utc_time(created_at)
@@ -290,7 +291,7 @@ def parse_row(
     )
 
 
-def _string_list(text: Any) -> tuple[str, ...] | None:
+def _string_list(text: Any, thread_id: Any, checkpoint_id: str, what: str) -> tuple[str, ...] | None:
     if not isinstance(text, str):
         return None
     try:
@@ -299,7 +300,7 @@ def _string_list(text: Any) -> tuple[str, ...] | None:
         return None
     if type(items) is not list or not all(type(item) is str for item in items):
         return None
-    return tuple(items)
+    return tuple(repaired(items, text, thread_id=thread_id, checkpoint_id=checkpoint_id, what=what))
 
 
 def _utc_time(value: Any) -> dt.datetime | None:
@@ -320,8 +321,8 @@ def _utc_time(value: Any) -> dt.datetime | None:
 @functools.lru_cache(maxsize=1024)  # the same few tuples come back at every step
 def string_list_json(items: tuple[str, ...]) -> str:
     """
-    The stored form of ``tool_names`` and ``changed_keys``: a JSON array, ASCII-escaped (so NUL characters and lone
-    surrogates are stored as escapes, on every backend).
+    The stored form of ``tool_names`` and ``changed_keys``: a JSON array, ASCII-escaped (so NUL characters are stored
+    as escapes, on every backend; lone surrogates are refused before, and read repaired from rows stored earlier).
 
     :param items: The strings.
     :returns: The JSON text.

@@ -37,6 +37,7 @@ from haystack_state.persistence.base import Checkpointer, check_commit
 from haystack_state.persistence.grouping import Failed, GroupCommit
 from haystack_state.persistence.leases import busy_error
 from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo, parse_row, string_list_json
+from haystack_state.text import lenient_text
 
 THREADS = "haystack_state_threads"
 CHECKPOINTS = "haystack_state_checkpoints"
@@ -279,7 +280,20 @@ class SQLiteCheckpointer(Checkpointer):
                 conn.execute("COMMIT")
                 return result
         with self._connection() as conn:
-            return handler(conn, op)
+            try:
+                return handler(conn, op)
+            except sqlite3.OperationalError as error:
+                if "Could not decode to UTF-8" not in str(error):
+                    raise
+            # A cell that is not valid UTF-8 (another program wrote it): read again, its bad bytes as escapes that
+            # reading repairs (U+FFFD) with a warning naming the thread.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            conn.text_factory = lenient_text
+            try:
+                return handler(conn, op)
+            finally:
+                conn.text_factory = str
 
     async def _aexecute(self, op: ops.Op) -> Any:
         if self._executor is None:

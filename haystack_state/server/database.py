@@ -23,6 +23,7 @@ from haystack_state.errors import CheckpointError
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.memory import InMemoryCheckpointer
 from haystack_state.persistence.sqlite import SQLiteCheckpointer
+from haystack_state.text import lenient_text
 
 __all__ = ["Database", "PostgresDatabase", "SQLiteDatabase", "UniqueViolation", "database_for"]
 
@@ -77,7 +78,18 @@ class _SQLiteCursor(Cursor):
         self.conn = conn
 
     def rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        return list(self.conn.execute(_tables(query, TABLES), dict(params or {})).fetchall())
+        try:
+            return list(self.conn.execute(_tables(query, TABLES), dict(params or {})).fetchall())
+        except sqlite3.OperationalError as error:
+            if "Could not decode to UTF-8" not in str(error):
+                raise
+        # A cell that is not valid UTF-8 (another program wrote it): read again, its bad bytes as escapes that the
+        # thread records read as U+FFFD, with a warning naming the thread.
+        self.conn.text_factory = lenient_text
+        try:
+            return list(self.conn.execute(_tables(query, TABLES), dict(params or {})).fetchall())
+        finally:
+            self.conn.text_factory = str
 
     def change(self, query: str, params: Mapping[str, Any] | None = None) -> int:
         try:

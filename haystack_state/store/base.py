@@ -38,6 +38,7 @@ from haystack_state.store.records import (
     split_namespace,
 )
 from haystack_state.store.search import Condition, check_filter, cosine, index_text, matches, pushable, query_terms
+from haystack_state.text import repaired
 
 __all__ = ["Flow", "Store"]
 
@@ -426,7 +427,8 @@ class Store(FlowDriver):
     def _item(self, row: Row) -> Item:
         namespace = split_namespace(row.namespace)
         try:
-            value = decode(from_json(row.value), where=f"the value of key {row.key!r} in namespace {namespace!r}")
+            data = repaired(from_json(row.value), row.value, thread_id=None, what=f"value of key {row.key!r}")
+            value = decode(data, where=f"the value of key {row.key!r} in namespace {namespace!r}")
         except CodecError as error:
             raise StoreError(
                 f"{type(self).__name__}: cannot read key {row.key!r} in namespace {namespace!r}: {error}"

@@ -11,8 +11,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from haystack_state.errors import CodecError, StoreInputError
+from haystack_state.errors import CodecError, StoreInputError, UnstorableTextError
 from haystack_state.persistence.codec import TYPE_KEY, encode, to_json
+from haystack_state.text import find_bad_text, surrogate_at
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -94,6 +95,8 @@ def _label_problem(label: Any) -> str | None:
         return "contains '.' (labels are joined with '.' on the wire and in storage)"
     if "\x00" in label:
         return "contains a NUL character"
+    if surrogate_at(label) >= 0:
+        return "contains a lone surrogate (it is not valid Unicode text)"
     if len(label) > MAX_LABEL_LENGTH:
         return f"is longer than {MAX_LABEL_LENGTH} characters"
     return None
@@ -144,6 +147,8 @@ def check_key(key: Any, namespace: tuple[str, ...]) -> str:
         problem = "is empty"
     elif "\x00" in key:
         problem = "contains a NUL character"
+    elif surrogate_at(key) >= 0:
+        problem = "contains a lone surrogate (it is not valid Unicode text)"
     elif len(key) > MAX_KEY_LENGTH:
         problem = f"is longer than {MAX_KEY_LENGTH} characters"
     if problem is not None:
@@ -168,9 +173,14 @@ def encode_value(value: Any, namespace: tuple[str, ...], key: str) -> tuple[dict
             raise StoreInputError(f"In {where}: the field name {TYPE_KEY!r} is reserved by the codec.")
     try:
         encoded = encode(dict(value), where=where)
-        return encoded, to_json(encoded)
+        return encoded, to_json(encoded, strict=True)
     except CodecError as error:
         raise StoreInputError(str(error)) from None
+    except UnstorableTextError as error:
+        found = find_bad_text(value)
+        at = f" at {found.python_path()}" if found is not None else ""
+        problem = found.problem if found is not None else error.reason
+        raise StoreInputError(f"In {where}{at}: {problem}.") from None
     except RecursionError:
         raise StoreInputError(f"{where[0].upper()}{where[1:]} is nested too deeply to store.") from None
 

@@ -484,7 +484,7 @@ def test_a_snapshot_built_from_the_head_cache_equals_one_composed_from_the_rows(
         deltas.append({"messages": extend([ChatMessage.from_assistant(tool_calls=[call], meta={"i": i})])})
         deltas.append(
             {
-                "messages": extend([ChatMessage.from_tool(f"result {i} é \ud800", origin=call)]),
+                "messages": extend([ChatMessage.from_tool(f"result {i} é \U0001f600", origin=call)]),
                 "counts": replace(collections.Counter({"a": i})),
                 "pair": replace((i, "x")) if i % 3 else delete(),
                 "tags": extend([{"i": i, "set": {i}}]),
