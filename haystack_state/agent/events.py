@@ -112,16 +112,19 @@ class ModelChunk(AgentEvent):
 
     :param step: The step (model call) it belongs to, from 1.
     :param chunk: haystack's ``StreamingChunk``.
+    :param message_id: The id the reply gets (``meta["id"]`` of the step's ``ModelReply`` message).
     """
 
     type: ClassVar[str] = "model_chunk"
     step: int
     chunk: StreamingChunk
+    message_id: str | None = None
 
     def payload(self) -> dict[str, Any]:
         chunk = self.chunk
         return {
             "step": self.step,
+            "message_id": self.message_id,
             "content": chunk.content,
             "index": chunk.index,
             "start": chunk.start,
@@ -343,6 +346,8 @@ class EventSink:
         self.listener = listener
         #: The step (model call) under way, from 1: the loop sets it before each model call.
         self.step = 0
+        #: The id of the reply under way (its chunks carry it): the loop sets it before each model call.
+        self.message_id: str | None = None
         self.run_id = str(uuid.uuid4())
         self.thread_id = thread_id
         self._counter = itertools.count()

@@ -52,6 +52,7 @@ from haystack_state.agent.events import (
     ToolCallStarted,
 )
 from haystack_state.agent.hooks import is_hook_object
+from haystack_state.agent.message_ids import SYSTEM_PROMPT_ID_PREFIX, new_message_id, with_id, with_ids
 from haystack_state.agent.run_state import RunState
 from haystack_state.agent.session import (
     HOOK_ANSWERS,
@@ -556,13 +557,13 @@ class AgentRun:
             if not session.is_new and not self.continuing:
                 reset_run_scope(state)
         state.update({key: value for key, value in request.inputs.items() if value is not None})
-        conversation = list(request.messages)
+        conversation = with_ids(request.messages)  # a message keeps the id it came with
         if request.user_message is not None:
-            conversation.append(request.user_message)
+            conversation.append(with_id(request.user_message))
         is_new = session is None or session.is_new
         system = request.system_message
         if is_new and system is not None and not (conversation and conversation[0].is_from("system")):
-            conversation.insert(0, system)
+            conversation.insert(0, with_id(system, SYSTEM_PROMPT_ID_PREFIX + new_message_id()))
         stored = len(state.view("messages") or [])
         # Where this run's own messages start: its latest user message (what came before it in the input is history
         # the caller passed along), or, without one, the end of the stored conversation. A continued run keeps the
@@ -740,8 +741,10 @@ class AgentRun:
         inputs: dict[str, Any] = {"messages": sent}
         if self.tools.model_tools:
             inputs["tools"] = self.tools.model_tools
+        reply_id = new_message_id()  # decided now, so the reply's streamed chunks carry it too
         if request.sink is not None:
             request.sink.step = self.step + 1
+            request.sink.message_id = reply_id
         callback = request.model_callback or request.streaming_callback
         if callback is not None and self.config.generator_streams:
             inputs["streaming_callback"] = callback
@@ -752,7 +755,10 @@ class AgentRun:
                 llm_span.set_content_tag("haystack.agent.step.llm.input", inputs)
             try:
                 result = yield CallModel(inputs)
-                replies: list[ChatMessage] = [safe_tool_calls(reply) for reply in result["replies"]]
+                replies: list[ChatMessage] = [
+                    with_id(safe_tool_calls(reply), reply_id if i == 0 else None)
+                    for i, reply in enumerate(result["replies"])
+                ]
                 self.state.set("messages", replies)
             except Exception as exc:
                 raise self._fail("the chat generator", exc) from None
@@ -859,7 +865,7 @@ class AgentRun:
             except Exception as exc:
                 raise self._fail("a tool call", exc) from None
         executed = outcome.messages if outcome is not None else []
-        tool_messages = in_call_order(order, executed, rejected)
+        tool_messages = with_ids(in_call_order(order, executed, rejected))
         self.state.set("messages", tool_messages)
         counts = self.state.run_values["tool_call_counts"]
         for message in tool_messages:

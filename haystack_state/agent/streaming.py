@@ -107,14 +107,14 @@ def model_callback(
     if is_async:
 
         async def on_chunk_async(chunk: StreamingChunk) -> None:
-            sink.emit(ModelChunk, step=sink.step, chunk=chunk)
+            sink.emit(ModelChunk, step=sink.step, chunk=chunk, message_id=sink.message_id)
             if callback is not None:
                 await callback(chunk)  # type: ignore[misc]
 
         return on_chunk_async
 
     def on_chunk(chunk: StreamingChunk) -> None:
-        sink.emit(ModelChunk, step=sink.step, chunk=chunk)
+        sink.emit(ModelChunk, step=sink.step, chunk=chunk, message_id=sink.message_id)
         if callback is not None:
             callback(chunk)
 

@@ -5,14 +5,50 @@ their async twins), as a mixin of :class:`haystack_state.agent.Agent`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from haystack.dataclasses import ChatMessage
+
 from haystack_state.agent.history import CheckpointHistory
+from haystack_state.agent.message_ids import merge_by_id, message_id, with_ids
 from haystack_state.agent.session import ThreadSession, ThreadSnapshot
 from haystack_state.errors import ThreadNotFoundError
+from haystack_state.handlers import merge_lists, replace_values
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.records import CheckpointMeta, check_thread_id
 from haystack_state.schema import FieldSpec
+from haystack_state.state import State
 
-__all__ = ["ThreadMethods"]
+__all__ = ["ThreadMethods", "edit_messages"]
+
+MESSAGES = "messages"
+
+
+def edit_messages(state: State, thread_id: str | None, values: Mapping[str, object]) -> dict[str, object]:
+    """
+    ``values`` for an edit of ``state``, with ids for the new messages; if a message names one of the state's messages
+    by id (and ``messages`` appends, as it does by default), ``messages`` becomes the whole edited list, written as a
+    ``replace`` (see :func:`haystack_state.agent.message_ids.merge_by_id`).
+
+    :param state: The thread's state.
+    :param thread_id: The thread.
+    :param values: key -> value, as given.
+    :returns: key -> value to write.
+    """
+    given = values.get(MESSAGES)
+    listed: list[object] = given if isinstance(given, list) else [given]
+    messages = [item for item in listed if isinstance(item, ChatMessage)]
+    if given is None or len(messages) != len(listed):
+        return dict(values)  # nothing to do, or a type error the state reports
+    named = any(message_id(message) is not None for message in messages)
+    items = with_ids(messages)
+    spec = state.specs.get(MESSAGES)
+    if named and spec is not None and spec.handler is merge_lists:
+        edited = merge_by_id(state.view(MESSAGES) or [], items, thread_id)
+        if edited is not None:
+            state.set(MESSAGES, edited, handler_override=replace_values)
+            return {key: value for key, value in values.items() if key != MESSAGES}
+    return {**values, MESSAGES: items if isinstance(given, list) else items[0]}
 
 
 class ThreadMethods:
@@ -133,7 +169,8 @@ class ThreadMethods:
         A human edit of a thread's state: the values are written through their keys' handlers, all or nothing, and
         recorded as a checkpoint of its own (source ``"update"``). An interrupted run stays interrupted (and a crashed
         run can still be continued) unless the edit answers its pending tool calls. A thread a live run holds gets
-        ``ThreadBusyError`` (its run is never taken over).
+        ``ThreadBusyError`` (its run is never taken over). New messages get ids; a message whose id names one of the
+        thread's messages replaces it and keeps its id (as LangGraph's ``add_messages`` does).
 
         :param thread_id: The thread.
         :param values: key -> value.
@@ -148,5 +185,5 @@ class ThreadMethods:
         session = self._existing(thread_id)
         session.guard_commits()
         state = session.load_state()
-        state.update(values)
+        state.update(edit_messages(state, thread_id, values))
         return session.commit(state, "update", metadata=session.run_metadata())

@@ -28,11 +28,13 @@ class Assistant:
     :param name: The name it is served under (the ``graph_id``).
     :param agent: The Agent.
     :param created_at: When the server started serving it.
+    :param wire_system_prompt: Whether its threads' ``values.messages`` on the wire keep the Agent's own system prompt.
     """
 
     name: str
     agent: Agent
     created_at: str
+    wire_system_prompt: bool = False
 
     @property
     def assistant_id(self) -> str:
@@ -61,14 +63,18 @@ class Assistants:
 
     :param agents: name -> Agent; every agent needs a checkpointer, the same one.
     :param checkpointer: The checkpointer; the agents' (shared) one if None.
+    :param wire_system_prompt: Whether threads' ``values.messages`` on the wire keep the Agent's own system prompt.
     :raises ValueError: For no agents, an agent without checkpointer, or agents with different checkpointers.
     """
 
-    def __init__(self, agents: Mapping[str, Agent], checkpointer: Checkpointer | None = None) -> None:
+    def __init__(
+        self, agents: Mapping[str, Agent], checkpointer: Checkpointer | None = None, *, wire_system_prompt: bool = False
+    ) -> None:
         if not agents:
             raise ValueError("create_app needs at least one agent: agents={'name': agent}.")
         created = now_text()
-        self._by_name = {name: Assistant(name, agent, created) for name, agent in agents.items()}
+        self.wire_system_prompt = wire_system_prompt
+        self._by_name = {name: Assistant(name, agent, created, wire_system_prompt) for name, agent in agents.items()}
         for name, agent in agents.items():
             if not isinstance(name, str) or not name:
                 raise ValueError(f"Assistant names must be non-empty strings, got {name!r}.")

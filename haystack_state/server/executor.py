@@ -32,8 +32,7 @@ from haystack_state.agent.events import AgentEvent, RunStarted
 from haystack_state.errors import ThreadBusyError, ThreadNotFoundError
 from haystack_state.server.assistants import Assistant
 from haystack_state.server.streams import StreamTranslator
-from haystack_state.server.views import outcome_status, values_view
-from haystack_state.server.wire import values_to_wire
+from haystack_state.server.views import outcome_status, snapshot_values, values_view
 
 __all__ = [
     "AgentExecutor",
@@ -210,15 +209,18 @@ class AgentExecutor:
         :returns: How it ended.
         """
         agent = job.assistant.agent
+        prompt = job.assistant.wire_system_prompt
         thread_id = job.thread_id if job.thread_id is not None else f"stateless-{job.run_id}"
-        translator = StreamTranslator(job.stream_modes, run_id=job.run_id, thread_id=job.thread_id)
+        translator = StreamTranslator(
+            job.stream_modes, run_id=job.run_id, thread_id=job.thread_id, system_prompt=prompt
+        )
         cancelled = False
         try:
             if job.attempt > 1 and job.thread_id is not None:
                 resumed = await _resumption(job, agent)
                 if resumed is None:  # its last attempt had ended it; only the record of its end was lost
                     snapshot = await agent.get_state_async(thread_id)
-                    values, thread_status = values_view(snapshot), outcome_status(snapshot)
+                    values, thread_status = values_view(snapshot, system_prompt=prompt), outcome_status(snapshot)
                     status: Literal["success", "interrupted"] = "success" if thread_status == "idle" else "interrupted"
                     return RunOutcome(status, values, None, thread_status)
                 job = resumed
@@ -260,7 +262,7 @@ class AgentExecutor:
                 # A stateless run uses a thread of its own for its steps (and its interrupts), deleted at its end.
                 with contextlib.suppress(KeyError):
                     await anyio.to_thread.run_sync(agent.checkpointer.delete_thread, thread_id)
-        values = values_view(snapshot)
+        values = values_view(snapshot, system_prompt=prompt)
         thread_status = outcome_status(snapshot)
         status = "interrupted" if cancelled or thread_status != "idle" else "success"
         return RunOutcome(status, values, None, thread_status, cancelled, translator.started, translator.started_from)
@@ -298,7 +300,11 @@ class AgentExecutor:
             if isinstance(event, RunStarted) and translator.needs_start_values:
                 start = event.checkpoint_id
                 translator.start(
-                    values_to_wire((await agent.get_state_async(thread_id, start)).values) if start else {}
+                    snapshot_values(
+                        await agent.get_state_async(thread_id, start), system_prompt=translator.system_prompt
+                    )
+                    if start
+                    else {}
                 )
             for name, data in translator.translate(event):
                 await emit(name, data)

@@ -36,7 +36,7 @@ from haystack_state.agent.events import (
 )
 from haystack_state.persistence.codec import encode
 from haystack_state.server.interrupts import interrupt_from_requests
-from haystack_state.server.wire import MESSAGES, message_to_wire, messages_to_wire
+from haystack_state.server.wire import MESSAGES, conversation_to_wire, message_to_wire, messages_to_wire
 
 __all__ = ["EVENT_OF_MODE", "STREAM_MODES", "SUPPORTED_STREAM_MODES", "StreamTranslator", "event_names"]
 
@@ -66,16 +66,16 @@ def event_names(modes: Iterable[str]) -> set[str]:
     return {EVENT_OF_MODE[mode] for mode in modes if mode in EVENT_OF_MODE}
 
 
-def _wire_items(key: str, items: list[Any]) -> list[Any]:
+def _wire_items(key: str, items: list[Any], system_prompt: bool) -> list[Any]:
     if key == MESSAGES:
-        return [message_to_wire(item) for item in items]
+        return messages_to_wire(items, system_prompt=system_prompt)
     encoded = encode(list(items), key=key)
     return list(encoded) if isinstance(encoded, list) else [encoded]
 
 
-def _wire_value(key: str, value: Any) -> Any:
+def _wire_value(key: str, value: Any, thread_id: str | None, system_prompt: bool) -> Any:
     if key == MESSAGES and isinstance(value, list):
-        return messages_to_wire(value)
+        return conversation_to_wire(value, thread_id, system_prompt=system_prompt)
     return encode(value, key=key)
 
 
@@ -90,12 +90,16 @@ class StreamTranslator:
     :param modes: The stream modes asked for (unsupported ones are ignored; the request model refuses them).
     :param run_id: The server's run id, in the ``messages`` metadata.
     :param thread_id: The run's thread (None for a stateless run), in the ``messages`` metadata.
+    :param system_prompt: Whether ``messages`` in ``values`` and ``updates`` keep the Agent's own system prompt.
     """
 
-    def __init__(self, modes: Iterable[str], *, run_id: str, thread_id: str | None) -> None:
+    def __init__(
+        self, modes: Iterable[str], *, run_id: str, thread_id: str | None, system_prompt: bool = False
+    ) -> None:
         self.names = event_names(modes)
         self.run_id = run_id
         self.thread_id = thread_id
+        self.system_prompt = system_prompt
         self.values: dict[str, Any] | None = None
         #: The checkpoint the run started from (None for a thread's first run), once it started.
         self.started_from: str | None = None
@@ -153,7 +157,7 @@ class StreamTranslator:
     def _state_changed(self, event: StateChanged) -> None:
         key = event.key
         if event.op == "append":
-            items = _wire_items(key, list(event.items or []))
+            items = _wire_items(key, list(event.items or []), self.system_prompt)
             if "updates" in self.names:
                 self._changes[key] = items
             if self.values is not None:
@@ -161,7 +165,7 @@ class StreamTranslator:
             if key == MESSAGES:
                 self._appended.extend(items)
         elif event.op == "replace":
-            value = _wire_value(key, event.value)
+            value = _wire_value(key, event.value, self.thread_id, self.system_prompt)
             if "updates" in self.names:
                 self._changes[key] = value
             if self.values is not None:
@@ -212,7 +216,7 @@ class StreamTranslator:
         return {
             "type": "AIMessageChunk",
             "content": chunk.content,
-            "id": self._message_id(event.step),
+            "id": event.message_id or self._message_id(event.step),
             "name": None,
             "tool_calls": [],
             "invalid_tool_calls": [],

@@ -16,6 +16,7 @@ from fastapi import HTTPException
 
 from haystack_state.agent import Agent
 from haystack_state.agent.session import ThreadSnapshot
+from haystack_state.agent.thread_methods import edit_messages
 from haystack_state.errors import ThreadNotFoundError
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.delta import replace
@@ -79,7 +80,7 @@ def seed_thread(
     :raises ThreadConflictError: If the thread got a checkpoint meanwhile.
     """
     state = State(agent.state_schema)
-    state.update(values)
+    state.update(edit_messages(state, thread_id, values))
     return _checkpointer(agent).commit(
         thread_id,
         parent_id=None,

@@ -1,6 +1,8 @@
 """
 The JSON shapes the server answers with (the spec's ``Thread``, ``ThreadState``, ``Run``, ``Assistant``), built from
-the Agent's snapshots and the server's records.
+the Agent's snapshots and the server's records. A snapshot's values go on the wire through :func:`snapshot_values`
+alone: ``messages`` is the conversation, each message with its id, without the Agent's own system prompt unless
+``system_prompt`` (``create_app(wire_system_prompt=True)``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ __all__ = [
     "outcome_status",
     "run_view",
     "select",
+    "snapshot_values",
     "state_view",
     "thread_view",
     "values_view",
@@ -43,21 +46,34 @@ def outcome_status(snapshot: ThreadSnapshot | None) -> str:
     return "interrupted" if snapshot is not None and interrupts_of(snapshot) else "idle"
 
 
-def values_view(snapshot: ThreadSnapshot) -> dict[str, Any]:
+def snapshot_values(snapshot: ThreadSnapshot, *, system_prompt: bool = False) -> dict[str, Any]:
+    """
+    A snapshot's values as JSON (see :func:`haystack_state.server.wire.conversation_to_wire` for ``messages``).
+
+    :param snapshot: The thread at one checkpoint.
+    :param system_prompt: Whether ``messages`` keeps the Agent's own system prompt.
+    """
+    return values_to_wire(snapshot.values, thread_id=snapshot.checkpoint.thread_id, system_prompt=system_prompt)
+
+
+def values_view(snapshot: ThreadSnapshot, *, system_prompt: bool = False) -> dict[str, Any]:
     """A run's final values: the state as JSON, with ``__interrupt__`` when the thread waits on interrupts."""
-    values = values_to_wire(snapshot.values)
+    values = snapshot_values(snapshot, system_prompt=system_prompt)
     interrupts = interrupts_of(snapshot)
     if interrupts:
         values[INTERRUPT_KEY] = interrupts
     return values
 
 
-def thread_view(record: ThreadRecord, snapshot: ThreadSnapshot | None) -> dict[str, Any]:
+def thread_view(
+    record: ThreadRecord, snapshot: ThreadSnapshot | None, *, system_prompt: bool = False
+) -> dict[str, Any]:
     """
     The spec's ``Thread``.
 
     :param record: The server's record.
     :param snapshot: The thread's head, or None before its first run.
+    :param system_prompt: Whether ``values.messages`` keeps the Agent's own system prompt.
     """
     interrupts = interrupts_of(snapshot) if snapshot is not None else []
     return {
@@ -66,7 +82,7 @@ def thread_view(record: ThreadRecord, snapshot: ThreadSnapshot | None) -> dict[s
         "updated_at": record.updated_at,
         "metadata": dict(record.metadata),
         "status": record.status,
-        "values": values_to_wire(snapshot.values) if snapshot is not None else None,
+        "values": snapshot_values(snapshot, system_prompt=system_prompt) if snapshot is not None else None,
         "interrupts": {snapshot.checkpoint.checkpoint_id: interrupts} if snapshot is not None and interrupts else {},
         "config": {},
         "error": None,
@@ -84,12 +100,13 @@ def _checkpoint_metadata(meta: CheckpointMeta) -> dict[str, Any]:
     }
 
 
-def state_view(snapshot: ThreadSnapshot, *, with_values: bool = True) -> dict[str, Any]:
+def state_view(snapshot: ThreadSnapshot, *, with_values: bool = True, system_prompt: bool = False) -> dict[str, Any]:
     """
     The spec's ``ThreadState`` of one checkpoint.
 
     :param snapshot: The thread at that checkpoint.
     :param with_values: Whether to convert the values (a history page that selects no values skips them).
+    :param system_prompt: Whether ``values.messages`` keeps the Agent's own system prompt.
     """
     meta = snapshot.checkpoint
     interrupts = interrupts_of(snapshot)
@@ -110,7 +127,7 @@ def state_view(snapshot: ThreadSnapshot, *, with_values: bool = True) -> dict[st
         else []
     )
     return {
-        "values": values_to_wire(snapshot.values) if with_values else {},
+        "values": snapshot_values(snapshot, system_prompt=system_prompt) if with_values else {},
         "next": [TOOLS_TASK] if pending else [],
         "tasks": tasks,
         "checkpoint": checkpoint_ref(meta.thread_id, meta.checkpoint_id),

@@ -10,6 +10,10 @@ travels as ``response_metadata`` (through the codec), except ``meta["id"]``, whi
 LangChain has no field for is kept in ``additional_kwargs`` (a tool result's full originating call), so text, tool
 calls and tool results convert both ways without loss.
 
+A thread's ``messages`` on the wire are its conversation (:func:`conversation_to_wire`): every message has an id (one
+stored before ids existed gets one from its thread and position, the same on every read), and the Agent's own system
+prompt is configuration, left out unless the server is asked to send it (``create_app(wire_system_prompt=True)``).
+
 Every other state key travels as the codec's JSON (:func:`haystack_state.persistence.codec.encode` / ``decode``).
 """
 
@@ -30,11 +34,13 @@ from haystack.dataclasses import (
     ToolCallResult,
 )
 
+from haystack_state.agent.message_ids import is_system_prompt, stored_id
 from haystack_state.errors import CodecError, StateTypeError, UnknownStateKeyError
 from haystack_state.persistence.codec import decode, encode
 
 __all__ = [
     "WireError",
+    "conversation_to_wire",
     "keys_named",
     "message_from_wire",
     "message_to_wire",
@@ -121,9 +127,41 @@ def message_to_wire(message: ChatMessage) -> dict[str, Any]:
     return out
 
 
-def messages_to_wire(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-    """Convert ChatMessages to LangChain-style message dicts."""
-    return [message_to_wire(message) for message in messages]
+def messages_to_wire(messages: Sequence[ChatMessage], *, system_prompt: bool = True) -> list[dict[str, Any]]:
+    """
+    Convert ChatMessages to LangChain-style message dicts.
+
+    :param messages: The messages.
+    :param system_prompt: Whether to keep the Agent's own system prompt (known by its id); a system message a client
+        sent is always kept.
+    """
+    if system_prompt:
+        return [message_to_wire(message) for message in messages]
+    return [message_to_wire(message) for message in messages if not is_system_prompt(message)]
+
+
+def conversation_to_wire(
+    messages: Sequence[ChatMessage], thread_id: str | None, *, system_prompt: bool = False
+) -> list[dict[str, Any]]:
+    """
+    A thread's stored ``messages`` as the conversation a client draws: each with its id (a message stored before ids
+    existed gets one from the thread and its position, see :func:`haystack_state.agent.message_ids.stored_id`), the
+    Agent's own system prompt left out unless ``system_prompt``.
+
+    :param messages: The thread's messages, in order.
+    :param thread_id: The thread.
+    :param system_prompt: Whether to keep the Agent's own system prompt.
+    :returns: LangChain-style message dicts.
+    """
+    out = []
+    for index, message in enumerate(messages):
+        if not system_prompt and is_system_prompt(message, index):
+            continue
+        wire = message_to_wire(message)
+        if not wire["id"]:
+            wire["id"] = stored_id(message, thread_id, index)
+        out.append(wire)
+    return out
 
 
 def _tool_call_to_wire(call: ToolCall) -> dict[str, Any]:
@@ -165,17 +203,22 @@ def _block(part: Any) -> dict[str, Any]:
     return {"type": "non_standard", "value": encode(part, where="message content")}
 
 
-def values_to_wire(values: Mapping[str, Any]) -> dict[str, Any]:
+def values_to_wire(
+    values: Mapping[str, Any], *, thread_id: str | None = None, system_prompt: bool = False
+) -> dict[str, Any]:
     """
-    Convert state values to JSON data: ``messages`` as LangChain-style dicts, every other key through the codec.
+    Convert a thread's state values to JSON data: ``messages`` as its conversation (:func:`conversation_to_wire`),
+    every other key through the codec.
 
     :param values: key -> value.
+    :param thread_id: The thread (old messages' ids are made from it).
+    :param system_prompt: Whether ``messages`` keeps the Agent's own system prompt.
     :returns: key -> JSON data.
     """
     out: dict[str, Any] = {}
     for key, value in values.items():
         if key == MESSAGES and isinstance(value, list):
-            out[key] = messages_to_wire(value)
+            out[key] = conversation_to_wire(value, thread_id, system_prompt=system_prompt)
         else:
             out[key] = encode(value, key=key)
     return out

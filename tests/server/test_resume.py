@@ -146,7 +146,7 @@ def test_one_sqlite_process_killed_and_restarted_resumes_its_runs(backend: Backe
             for index, (thread_id, _) in enumerate(runs):
                 messages = client.threads.get_state(thread_id)["values"]["messages"]
                 assert messages[-1]["content"] == f"Done: worked {index}"
-                assert [m["type"] for m in messages] == ["system", "human", "ai", "tool", "ai"]
+                assert [m["type"] for m in messages] == ["human", "ai", "tool", "ai"]
         calls = tool_calls(log)
         assert set(calls) == {str(i) for i in range(6)}
         assert {n for n, count in calls.items() if count > 1} <= in_flight and max(calls.values()) <= 2
@@ -182,7 +182,7 @@ def test_a_stale_worker_that_wakes_after_its_run_was_resumed_writes_nothing(back
             assert client.runs.get(thread_id, run_id) == client.runs.get(thread_id, run_id) | {"status": "success"}
             assert client.threads.get_history(thread_id, limit=100) == history  # no checkpoint of the stale worker
             messages = client.threads.get_state(thread_id)["values"]["messages"]
-            assert [m["type"] for m in messages] == ["system", "human", "ai", "tool", "ai"]
+            assert [m["type"] for m in messages] == ["human", "ai", "tool", "ai"]
             assert messages[-1]["content"] == "Done: worked 7"
         assert tool_calls(log) == {"7": 2}  # the call in flight ran again; nothing else did
         # The woken process is not wedged: it serves runs again.

@@ -13,6 +13,7 @@ from haystack.dataclasses import ChatMessage, ImageContent, ReasoningContent, Te
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from haystack_state.agent.message_ids import stored_id, with_id
 from haystack_state.server.wire import (
     WireError,
     message_from_wire,
@@ -84,8 +85,10 @@ def test_a_message_survives_the_round_trip(message: ChatMessage) -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.lists(messages, max_size=6))
 def test_a_conversation_survives_the_round_trip(conversation: list[ChatMessage]) -> None:
-    wire = through_json(values_to_wire({"messages": conversation}))
-    assert values_from_wire(wire) == {"messages": conversation}
+    wire = through_json(values_to_wire({"messages": conversation}, thread_id="t", system_prompt=True))
+    # a message without id gets one from its thread and position
+    expected = [with_id(message, stored_id(message, "t", i)) for i, message in enumerate(conversation)]
+    assert values_from_wire(wire) == {"messages": expected}
 
 
 def test_the_langchain_shape() -> None:
