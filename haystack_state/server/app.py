@@ -5,6 +5,7 @@ error handlers that answer in the spec's shapes (``{"detail": "..."}``; a 422 na
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -44,6 +45,10 @@ from haystack_state.store.base import Store
 __all__ = ["Auth", "Limits", "Server", "create_app"]
 
 STATIC = Path(__file__).resolve().parent / "static"
+try:
+    VERSION = importlib.metadata.version("haystack-state")
+except importlib.metadata.PackageNotFoundError:  # run from a source tree that was not installed
+    VERSION = "0+unknown"
 
 
 def create_app(
@@ -58,6 +63,7 @@ def create_app(
     lease_seconds: float = 30.0,
     max_attempts: int = 3,
     cors: Cors | None = None,
+    wire_system_prompt: bool = False,
 ) -> FastAPI:
     """
     The Agent Protocol server for one or more agents, as an ASGI app (run it with uvicorn, or ``haystack-state
@@ -88,13 +94,15 @@ def create_app(
         ``"http://localhost:3000"``, or a list of them. None (the default): no CORS headers, so browsers refuse
         pages of other origins. Preflights are answered on every route, before auth; ``Content-Location`` and
         ``Location`` are exposed.
+    :param wire_system_prompt: Whether ``values.messages`` on the wire starts with the Agent's own system prompt
+        (stored either way); by default it is left out, so chat UIs do not draw it as a message.
     :returns: The app.
     :raises ValueError: For no agents, agents without (or with different) checkpointers, or a ``cors`` value that
         is not an origin.
     """
     origins = cors_origins(cors)  # checked before anything opens
     named = {"agent": agents} if isinstance(agents, Agent) else dict(agents)
-    registry = Assistants(named, checkpointer)
+    registry = Assistants(named, checkpointer, wire_system_prompt=wire_system_prompt)
     limits = limits or Limits()
     storage = ServerStorage(database_for(registry.checkpointer, database))
     manager = RunManager(
@@ -136,7 +144,19 @@ def create_app(
     async def ok() -> dict[str, bool]:
         return {"ok": True}
 
+    @app.get("/info", tags=["System"])
+    async def info() -> dict[str, Any]:
+        """The server's version and what it supports, in the shape of LangGraph's ``/info`` (its UIs read it)."""
+        return {
+            "version": VERSION,
+            "langgraph_py_version": None,
+            "flags": {"assistants": True, "crons": False, "langsmith": False, "langsmith_tracing_replicas": False},
+            "host": {"kind": "self-hosted", "project_id": None, "host_revision_id": None, "revision_id": None},
+            "haystack_state": {"version": VERSION},
+        }
+
     _error_handlers(app)
+    app.add_middleware(JsonBody)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     add_cors(app, origins)  # the outermost: a refusal (413) carries CORS headers too
     return app
@@ -193,6 +213,29 @@ def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(QueueFull)
     async def busy(_: Request, error: Exception) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=429, headers={"Retry-After": "1"})
+
+
+class JsonBody:
+    """
+    Reads every request body as JSON, whatever its content type (or with none): some clients send JSON as
+    ``text/plain`` (a browser's simple request, avoiding a preflight) or drop the header (a proxy that forwards the
+    body as it is). A body that is not JSON stays a clear 422. Multipart and form bodies are left alone.
+
+    :param app: The wrapped app.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH", "DELETE"):
+            headers = [(name, value) for name, value in scope.get("headers") or [] if name != b"content-type"]
+            given = dict(scope.get("headers") or []).get(b"content-type", b"")
+            kind = given.split(b";")[0].strip().lower()
+            kept = kind == b"application/x-www-form-urlencoded" or kind.startswith(b"multipart/")
+            if not (kind == b"application/json" or kind.endswith(b"+json") or kept):
+                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

@@ -200,7 +200,10 @@ def resume_from_command(
         if rest:
             raise WireError(f"{FIELD}.{next(iter(rest))}", f"names no pending interrupt; pending: {asks}")
         return Resume(answers=answers)
-    return Resume(decisions=decisions_from_resume(rest, calls, interrupt_id), answers=answers)
+    # The decisions are for the calls held before they ran; a call that asked a question is answered, not decided.
+    held = {request.get("call_id") for request in requests if request.get("kind") == "before"}
+    reviewed = [call for call in calls if call.id in held]
+    return Resume(decisions=decisions_from_resume(rest, reviewed, interrupt_id), answers=answers)
 
 
 def decisions_from_resume(resume: Any, calls: Sequence[ToolCall], interrupt_id: str) -> dict[str, Any]:

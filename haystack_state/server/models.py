@@ -2,15 +2,21 @@
 The request bodies of the Agent Protocol endpoints, as pydantic models: the fields the spec (and LangGraph's SDK,
 which implements a superset of it) sends. Unknown fields are refused, and fields the server does not implement yet
 are refused when set, so a request is never half-understood; the error names the field (see ``app.py``).
+
+Thread ids and metadata (and metadata filters) may not hold NUL characters, which the databases cannot store or query
+as JSON; every other text check of a request is made at the edge for every field (see
+:mod:`haystack_state.server.text`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from haystack_state.server.streams import STREAM_MODES, SUPPORTED_STREAM_MODES
+from haystack_state.text import find_bad_text
 
 __all__ = [
     "AssistantCount",
@@ -40,6 +46,19 @@ def _unsupported(value: Any, what: str) -> Any:
     if value not in (None, [], {}, False):
         raise ValueError(f"{what} is not supported by this server")
     return value
+
+
+def _queryable(value: Any) -> Any:
+    """
+    Refuse what thread metadata (or a thread id) cannot hold on every database: a NUL character (PostgreSQL's text
+    and jsonb refuse it, and a SQLite JSON path cannot name a key holding one). The error names where it is.
+    """
+    found = find_bad_text(value, nul=True, finite=True)
+    if found is None:
+        return value
+    error = PydanticCustomError("unstorable_text", "{problem}", {"problem": found.problem})
+    loc = tuple(step for _, step in found.path)
+    raise ValidationError.from_exception_data("text", [InitErrorDetails(type=error, loc=loc, input=value)])
 
 
 class CheckpointRef(BaseModel):
@@ -172,6 +191,11 @@ class ThreadCreate(_Body):
     supersteps: list[Any] | None = None
     ttl: dict[str, Any] | None = None
 
+    @field_validator("thread_id", "metadata")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return _queryable(value)
+
     @field_validator("supersteps")
     @classmethod
     def _no_supersteps(cls, value: Any) -> Any:
@@ -188,6 +212,11 @@ class ThreadPatch(_Body):
 
     metadata: dict[str, Any] = Field(default_factory=dict)
     ttl: dict[str, Any] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return _queryable(value)
 
     @field_validator("ttl")
     @classmethod
@@ -212,6 +241,11 @@ class ThreadSearch(_Body):
     select: list[str] | None = None
     extract: dict[str, Any] | None = None
 
+    @field_validator("metadata", "ids")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return _queryable(value)
+
     @field_validator("values")
     @classmethod
     def _no_values(cls, value: Any) -> Any:
@@ -229,6 +263,11 @@ class ThreadCount(_Body):
     metadata: dict[str, Any] | None = None
     values: dict[str, Any] | None = None
     status: ThreadStatusName | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return _queryable(value)
 
     @field_validator("values")
     @classmethod

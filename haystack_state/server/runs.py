@@ -158,6 +158,8 @@ class RunManager:
         :raises QueueFull: If the queue is full.
         """
         self.ensure_started()
+        assistant = self.assistants.resolve(run.assistant_id)
+        graph_id = assistant.name if assistant is not None else None
         if here and self._slots >= self.max_concurrent_runs:
             raise AtCapacity(
                 f"This server runs its maximum of {self.max_concurrent_runs} concurrent runs; retry shortly."
@@ -170,6 +172,7 @@ class RunManager:
                         dataclasses.replace(run, status="running", worker=self.worker_id),
                         lease_until=self._lease(),
                         max_pending=self.max_pending_runs,
+                        graph_id=graph_id,
                     ),
                     write=True,
                 )
@@ -183,7 +186,7 @@ class RunManager:
             return stored
         stored = await self.db(
             lambda: self.storage.create_run(
-                dataclasses.replace(run, status="pending"), max_pending=self.max_pending_runs
+                dataclasses.replace(run, status="pending"), max_pending=self.max_pending_runs, graph_id=graph_id
             ),
             write=True,
         )
@@ -305,7 +308,7 @@ class RunManager:
             snapshot = await self.db(lambda: agent.get_state(run.thread_id))
         except ThreadNotFoundError:
             return dataclasses.replace(outcome, values={}, thread_status="idle")
-        values = values_view(snapshot)
+        values = values_view(snapshot, system_prompt=assistant.wire_system_prompt)
         return dataclasses.replace(
             outcome, values=values, thread_status="interrupted" if "__interrupt__" in values else "idle"
         )
@@ -493,7 +496,7 @@ class RunManager:
             snapshot = await self.db(lambda: assistant.agent.get_state(run.thread_id))
         except KeyError:  # the run was cancelled before the thread's first run
             return "values", {}
-        return "values", values_view(snapshot)
+        return "values", values_view(snapshot, system_prompt=assistant.wire_system_prompt)
 
     # --- cancelling ------------------------------------------------------------------------------------------------
 

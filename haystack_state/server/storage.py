@@ -19,6 +19,10 @@ from typing import Any, Literal
 
 from haystack_state.errors import CheckpointError
 from haystack_state.server.database import Cursor, Database, UniqueViolation
+from haystack_state.server.metadata import check_metadata, filter_sql, matches, unqueryable_sql
+from haystack_state.server.metadata import dumps as dump_json
+from haystack_state.server.metadata import loads as load_json
+from haystack_state.text import text_problem
 
 __all__ = ["RunRecord", "ServerStorage", "ThreadRecord"]
 
@@ -262,15 +266,25 @@ class ServerStorage:
             f"ORDER BY {order} {sort_order}, thread_id {sort_order} LIMIT :limit OFFSET :offset"
         )
         with self.database.transaction(write=False) as cur:
-            rows = cur.rows(query, {**params, "limit": limit, "offset": offset})
-        return [_thread_record(row) for row in rows]
+            unqueryable = self._unqueryable_matches(cur, owner, metadata, status, ids)
+            if unqueryable:  # matched in Python: page the database's matches and these together
+                params.update(limit=offset + limit, offset=0)
+            rows = cur.rows(query, {"limit": limit, "offset": offset, **params})
+        records = [_thread_record(row) for row in rows]
+        if not unqueryable:
+            return records
+        field = "status" if sort_by == "status" else sort_by
+        records += unqueryable
+        records.sort(key=lambda r: (getattr(r, field), r.thread_id), reverse=sort_order == "desc")
+        return records[offset : offset + limit]
 
     def count_threads(self, owner: str, *, metadata: Mapping[str, Any] | None = None, status: str | None = None) -> int:
         """How many of the owner's threads match the filters."""
         where, params = self._thread_filters(owner, metadata, status, None)
         query = f"SELECT COUNT(*) FROM ({_THREADS} WHERE t.owner = :owner) AS s WHERE {where}"
         with self.database.transaction(write=False) as cur:
-            return int(cur.rows(query, params)[0][0])
+            unqueryable = self._unqueryable_matches(cur, owner, metadata, status, None)
+            return int(cur.rows(query, params)[0][0]) + len(unqueryable)
 
     def _thread_filters(
         self, owner: str, metadata: Mapping[str, Any] | None, status: str | None, ids: Sequence[str] | None
@@ -280,19 +294,38 @@ class ServerStorage:
             clauses.append("current_status = :status")
             params["status"] = status
         if ids:
+            ids = [i for i in ids if text_problem(i, nul=True) is None]  # no thread has any other id
             names = [f"id_{i}" for i in range(len(ids))]
-            clauses.append(f"thread_id IN ({', '.join(':' + n for n in names)})")
+            clauses.append(f"thread_id IN ({', '.join(':' + n for n in names)})" if ids else "1 = 0")
             params.update(zip(names, ids, strict=True))
         if metadata:
-            if self.database.dialect == "postgres":
-                clauses.append("CAST(metadata AS jsonb) @> CAST(:metadata_filter AS jsonb)")
-                params["metadata_filter"] = _dumps(metadata)
-            else:
-                for i, (key, value) in enumerate(metadata.items()):
-                    clauses.append(f"json_extract(metadata, :path_{i}) IS json_extract(:value_{i}, '$')")
-                    params[f"path_{i}"] = '$."' + str(key).replace('"', '\\"') + '"'
-                    params[f"value_{i}"] = _dumps(value)
+            check_metadata(metadata, "metadata filter")
+            conditions, values = filter_sql(self.database.dialect, metadata)
+            clauses += conditions
+            params.update(values)
         return " AND ".join(clauses), params
+
+    def _unqueryable_matches(
+        self,
+        cur: Cursor,
+        owner: str,
+        metadata: Mapping[str, Any] | None,
+        status: str | None,
+        ids: Sequence[str] | None,
+    ) -> list[ThreadRecord]:
+        """
+        The threads a metadata filter matches among those whose stored metadata the database cannot query (written
+        before text was checked; the database's filter leaves them out): matched here on their repaired metadata.
+        """
+        if not metadata:
+            return []
+        where, params = self._thread_filters(owner, None, status, ids)
+        condition, extra = unqueryable_sql(self.database.dialect)
+        rows = cur.rows(
+            f"SELECT * FROM ({_THREADS} WHERE t.owner = :owner) AS s WHERE {where} AND {condition}", {**params, **extra}
+        )
+        records = [_thread_record(row) for row in rows]
+        return [r for r in records if matches(self.database.dialect, r.metadata, metadata)]
 
     def update_thread(
         self,
@@ -347,11 +380,17 @@ class ServerStorage:
     # --- runs --------------------------------------------------------------------------------------------------
 
     def create_run(
-        self, run: RunRecord, *, lease_until: str | None = None, max_pending: int | None = None
+        self,
+        run: RunRecord,
+        *,
+        lease_until: str | None = None,
+        max_pending: int | None = None,
+        graph_id: str | None = None,
     ) -> RunRecord:
         """
         Add a run to the queue: ``running`` (claimed by ``run.worker`` until ``lease_until``) if ``run.status`` is
-        running and its thread is free, else pending.
+        running and its thread is free, else pending. The thread's metadata gets the run's ``assistant_id`` and
+        ``graph_id``, as LangGraph's platform stamps them (so that clients list a graph's conversations by them).
 
         :raises ThreadBusy: With ``multitask_strategy="reject"``, if the thread has a pending or running run; with
             ``"enqueue"``, never (the run waits its turn). Nothing is written then.
@@ -379,10 +418,25 @@ class ServerStorage:
                 ":updated_at, :attempt, :lease_until)",
                 {**_run_params(record), "lease_until": lease_until if status == "running" else None},
             )
-            cur.change(
-                "UPDATE {threads} SET assistant_id = :assistant, updated_at = :at WHERE thread_id = :id",
-                {"assistant": run.assistant_id, "at": run.created_at, "id": run.thread_id},
-            )
+            stamp = {"assistant_id": run.assistant_id, **({"graph_id": graph_id} if graph_id is not None else {})}
+            found = cur.rows("SELECT metadata FROM {threads} WHERE thread_id = :id", {"id": run.thread_id})
+            metadata = _loads(found[0][0]) if found else {}
+            if all(metadata.get(key) == value for key, value in stamp.items()):
+                cur.change(
+                    "UPDATE {threads} SET assistant_id = :assistant, updated_at = :at WHERE thread_id = :id",
+                    {"assistant": run.assistant_id, "at": run.created_at, "id": run.thread_id},
+                )
+            else:
+                cur.change(
+                    "UPDATE {threads} SET assistant_id = :assistant, metadata = :metadata, updated_at = :at "
+                    "WHERE thread_id = :id",
+                    {
+                        "assistant": run.assistant_id,
+                        "metadata": _dumps({**metadata, **stamp}),
+                        "at": run.created_at,
+                        "id": run.thread_id,
+                    },
+                )
             return record
 
     def get_run(self, run_id: str, owner: str | None = None) -> RunRecord | None:
@@ -701,12 +755,11 @@ class QueueFull(CheckpointError):
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return dump_json(value)
 
 
-def _loads(text: Any) -> dict[str, Any]:
-    value = json.loads(text) if isinstance(text, str) else text
-    return dict(value) if isinstance(value, dict) else {}
+def _loads(text: Any, thread_id: str | None = None) -> dict[str, Any]:
+    return load_json(text, thread_id)  # never fails: a stored lone surrogate reads as U+FFFD, with a warning
 
 
 def _thread_record(row: Sequence[Any]) -> ThreadRecord:
@@ -715,7 +768,7 @@ def _thread_record(row: Sequence[Any]) -> ThreadRecord:
         thread_id=str(thread_id),
         owner=str(owner),
         assistant_id=assistant_id,
-        metadata=_loads(metadata),
+        metadata=_loads(metadata, str(thread_id)),
         status=status,
         created_at=str(created_at),
         updated_at=str(updated_at),

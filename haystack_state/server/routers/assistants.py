@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, Depends, HTTPException, Response
 from pydantic import TypeAdapter
 
 from haystack_state.server.assistants import Assistant
 from haystack_state.server.context import ServerDep, UserDep
 from haystack_state.server.models import AssistantCount, AssistantSearch
+from haystack_state.server.text import check_request
 from haystack_state.server.views import select
 
-router = APIRouter(prefix="/assistants", tags=["Assistants"])
+router = APIRouter(prefix="/assistants", tags=["Assistants"], dependencies=[Depends(check_request)])
 
 
 def _matches(assistant: Assistant, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None) -> bool:
@@ -77,3 +78,45 @@ async def get_assistant_schemas(assistant_id: str, server: ServerDep, _: UserDep
         "config_schema": None,
         "context_schema": None,
     }
+
+
+@router.get("/{assistant_id}/graph")
+async def get_assistant_graph(
+    assistant_id: str, server: ServerDep, _: UserDep, xray: bool | int = False
+) -> dict[str, list[dict[str, Any]]]:
+    """
+    The assistant drawn as LangGraph draws an agent: ``__start__`` → ``model`` ⇄ ``tools`` → ``__end__`` (the
+    model's edges are conditional: to the tools when it calls some, else to the end). ``tools`` is left out for an
+    agent without tools; ``xray`` adds nothing (an Agent has no subgraphs).
+    """
+    agent = _assistant(server, assistant_id).agent
+    nodes: list[dict[str, Any]] = [
+        {"id": "__start__", "type": "schema", "data": "__start__"},
+        {"id": "model", "type": "runnable", "data": {"id": ["haystack_state", "Agent", "model"], "name": "model"}},
+        {"id": "__end__", "type": "schema", "data": "__end__"},
+    ]
+    edges: list[dict[str, Any]] = [{"source": "__start__", "target": "model", "conditional": False}]
+    if agent.tools:
+        nodes.insert(
+            2,
+            {"id": "tools", "type": "runnable", "data": {"id": ["haystack_state", "Agent", "tools"], "name": "tools"}},
+        )
+        edges += [
+            {"source": "model", "target": "tools", "conditional": True},
+            {"source": "model", "target": "__end__", "conditional": True},
+            {"source": "tools", "target": "model", "conditional": True},
+            {"source": "tools", "target": "__end__", "conditional": True},
+        ]
+    else:
+        edges.append({"source": "model", "target": "__end__", "conditional": False})
+    return {"nodes": nodes, "edges": edges}
+
+
+@router.get("/{assistant_id}/subgraphs")
+@router.get("/{assistant_id}/subgraphs/{namespace}")
+async def get_assistant_subgraphs(
+    assistant_id: str, server: ServerDep, _: UserDep, namespace: str | None = None, recurse: bool = False
+) -> dict[str, Any]:
+    """An Agent has no subgraphs: ``{}``."""
+    _assistant(server, assistant_id)
+    return {}

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 
@@ -28,12 +28,13 @@ from haystack_state.server.interrupts import pending_requests, resume_from_comma
 from haystack_state.server.models import RunCreate
 from haystack_state.server.runs import Event, LiveRun, job_from_kwargs, new_run
 from haystack_state.server.storage import RunRecord
+from haystack_state.server.text import check_request
 from haystack_state.server.threads import head, not_found, owned_thread
 from haystack_state.server.views import run_view
 from haystack_state.server.wire import WireError, keys_named, values_from_wire
 from haystack_state.state import State
 
-router = APIRouter(tags=["Runs"])
+router = APIRouter(tags=["Runs"], dependencies=[Depends(check_request)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +76,14 @@ def _plan(server: Server, body: RunCreate, user: str, thread_id: str | None) -> 
         record = server.storage.create_thread(thread_id, user, {})
         if record is None:  # the id is another user's
             raise not_found(thread_id)
+    if record.assistant_id is not None and record.assistant_id != assistant.assistant_id:
+        other = server.assistants.resolve(record.assistant_id)
+        raise HTTPException(
+            409,
+            f"Thread '{thread_id}' belongs to assistant '{other.name if other is not None else record.assistant_id}', "
+            f"not '{assistant.name}': a thread's state follows its own agent's schema, so its runs go to that "
+            "assistant. Start a new thread (or copy this one) for another assistant.",
+        )
     snapshot = head(server, record)
     if body.fork_from is not None:
         agent.get_state(thread_id, body.fork_from)  # CheckpointNotFoundError (404) for an unknown checkpoint

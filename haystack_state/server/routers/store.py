@@ -12,17 +12,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from haystack_state.errors import StoreInputError
 from haystack_state.server.context import Server, ServerDep, UserDep
 from haystack_state.server.stores import owned, unowned
+from haystack_state.server.text import check_request
 from haystack_state.store.base import Store
 from haystack_state.store.records import Item, check_key, check_namespace, check_prefix
 
-router = APIRouter(prefix="/store", tags=["Store"])
+router = APIRouter(prefix="/store", tags=["Store"], dependencies=[Depends(check_request)])
 
 
 class StorePut(BaseModel):
@@ -189,7 +190,7 @@ async def list_namespaces(body: StoreNamespaces, server: ServerDep, user: UserDe
             offset=body.offset,
         )
     except StoreInputError as error:
-        raise _unprocessable("prefix", error) from None
+        raise _unprocessable("suffix" if "suffix" in str(error) else "prefix", error) from None
     return {"namespaces": [list(unowned(user, namespace)) for namespace in found]}
 
 

@@ -12,11 +12,13 @@ import contextlib
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from haystack import logging
 
-from haystack_state.errors import ThreadNotFoundError
+from haystack_state.agent.session import ThreadSnapshot
+from haystack_state.errors import CheckpointError, CheckpointStorageError, ThreadNotFoundError
 from haystack_state.persistence.codec import encode
-from haystack_state.server.context import ServerDep, UserDep
+from haystack_state.server.context import Server, ServerDep, UserDep
 from haystack_state.server.models import (
     HistoryRequest,
     StateAtCheckpoint,
@@ -26,12 +28,15 @@ from haystack_state.server.models import (
     ThreadPatch,
     ThreadSearch,
 )
-from haystack_state.server.storage import ThreadBusy
+from haystack_state.server.storage import ThreadBusy, ThreadRecord
+from haystack_state.server.text import check_request
 from haystack_state.server.threads import agent_of, copy_values, head, not_found, owned_thread, seed_thread
 from haystack_state.server.views import checkpoint_ref, meta_view, outcome_status, select, state_view, thread_view
 from haystack_state.server.wire import keys_named, values_from_wire
 
-router = APIRouter(prefix="/threads", tags=["Threads"])
+logger = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/threads", tags=["Threads"], dependencies=[Depends(check_request)])
 
 _STATE_FIELDS = {"values", "next", "tasks", "interrupts"}
 
@@ -43,7 +48,7 @@ def create_thread(body: ThreadCreate, server: ServerDep, user: UserDep) -> dict[
     record = server.storage.create_thread(thread_id, user, body.metadata or {}, if_exists=body.if_exists)
     if record is None:
         raise HTTPException(409, f"Thread '{thread_id}' already exists.")
-    return thread_view(record, head(server, record))
+    return thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt)
 
 
 @router.post("/search")
@@ -60,7 +65,27 @@ def search_threads(body: ThreadSearch, server: ServerDep, user: UserDep) -> list
         sort_order=body.sort_order,
     )
     with_values = body.select is None or bool({"values", "interrupts"} & set(body.select))
-    return [select(thread_view(r, head(server, r) if with_values else None), body.select) for r in records]
+    prompt = server.assistants.wire_system_prompt
+    return [
+        select(thread_view(r, _listed_head(server, r) if with_values else None, system_prompt=prompt), body.select)
+        for r in records
+    ]
+
+
+def _listed_head(server: Server, record: ThreadRecord) -> ThreadSnapshot | None:
+    """A listed thread's head; a thread whose stored state cannot be read is listed without values, never failing
+    the list (its own ``GET`` names the problem)."""
+    try:
+        return head(server, record)
+    except CheckpointStorageError:
+        raise
+    except CheckpointError as error:
+        logger.warning(
+            "Thread '{thread_id}' is listed without its values: its stored state cannot be read ({error}).",
+            thread_id=record.thread_id,
+            error=error,
+        )
+        return None
 
 
 @router.post("/count")
@@ -73,7 +98,7 @@ def count_threads(body: ThreadCount, server: ServerDep, user: UserDep) -> int:
 def get_thread(thread_id: str, server: ServerDep, user: UserDep) -> dict[str, Any]:
     """One thread, with its values and interrupts."""
     record = owned_thread(server, thread_id, user)
-    return thread_view(record, head(server, record))
+    return thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt)
 
 
 @router.patch("/{thread_id}")
@@ -82,7 +107,7 @@ def patch_thread(thread_id: str, body: ThreadPatch, server: ServerDep, user: Use
     owned_thread(server, thread_id, user)
     server.storage.update_thread(thread_id, metadata=body.metadata)
     record = owned_thread(server, thread_id, user)
-    return thread_view(record, head(server, record))
+    return thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt)
 
 
 @router.delete("/{thread_id}", status_code=204)
@@ -108,7 +133,7 @@ def copy_thread(thread_id: str, server: ServerDep, user: UserDep) -> dict[str, A
         copy_values(agent_of(server, source), new_id, snapshot)
         server.storage.update_thread(new_id, status=outcome_status(snapshot), assistant_id=source.assistant_id or None)
     record = owned_thread(server, new_id, user)
-    return thread_view(record, head(server, record))
+    return thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt)
 
 
 def _state(server: ServerDep, thread_id: str, user: str, checkpoint_id: str | None) -> dict[str, Any]:
@@ -125,7 +150,7 @@ def _state(server: ServerDep, thread_id: str, user: str, checkpoint_id: str | No
             "parent_checkpoint": None,
             "interrupts": [],
         }
-    return state_view(agent.get_state(thread_id, checkpoint_id))
+    return state_view(agent.get_state(thread_id, checkpoint_id), system_prompt=server.assistants.wire_system_prompt)
 
 
 @router.get("/{thread_id}/state")
@@ -204,7 +229,11 @@ def _history(server: ServerDep, thread_id: str, user: str, body: HistoryRequest)
     page = items[: body.limit]
     if body.select is not None and not _STATE_FIELDS & set(body.select):
         return [select(meta_view(meta), body.select) for meta in page]
-    return [select(state_view(agent.get_state(thread_id, meta.checkpoint_id)), body.select) for meta in page]
+    prompt = server.assistants.wire_system_prompt
+    return [
+        select(state_view(agent.get_state(thread_id, meta.checkpoint_id), system_prompt=prompt), body.select)
+        for meta in page
+    ]
 
 
 @router.post("/{thread_id}/history")
