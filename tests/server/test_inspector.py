@@ -1,9 +1,11 @@
 """
 The thread inspector at ``/ui`` in a real headless browser (Playwright driving Debian's chromium): the thread list
-and its search, a conversation, the state key by key, the history with a fork drawn as a branch, the diff of two
-checkpoints, approving an interrupted tool call with edited arguments, sending a message, and finishing or closing
-the calls a crashed or cancelled run left stopped. Each view is screenshotted (into ``HAYSTACK_STATE_SCREENSHOTS`` if
-set, else the test's temporary folder).
+and its search, each thread's title, assistant and live ``running`` badge, a conversation, the state key by key (a
+long value clipped, with a toggle), the history with a fork drawn as a branch, the diff of two checkpoints, approving
+an interrupted tool call with edited arguments, answering a tool's ``interrupt()`` question, sending a message (Send
+off while a run streams), a thread's runs going to its own assistant, and finishing or closing the calls a crashed or
+cancelled run left stopped. Each view is screenshotted (into ``HAYSTACK_STATE_SCREENSHOTS`` if set, else the test's
+temporary folder).
 
 Skipped, saying why, where chromium or Playwright is missing (``.ci/run`` installs chromium).
 """
@@ -11,6 +13,7 @@ Skipped, saying why, where chromium or Playwright is missing (``.ci/run`` instal
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -20,7 +23,12 @@ from typing import Any
 import pytest
 from haystack.dataclasses import ChatMessage
 
-from server.conftest import Served
+from haystack_state import Agent, interrupt, tool
+from haystack_state.persistence import Checkpointer
+from haystack_state.server import create_app
+from haystack_state.testing import ScriptedChatGenerator
+from server.agents import make_agent
+from server.conftest import Backend, LiveServer, Served
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -49,7 +57,7 @@ def human(text: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def page(served: Served) -> Iterator[Page]:
+def page() -> Iterator[Page]:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         context = browser.new_context(viewport={"width": 1280, "height": 820})
@@ -272,3 +280,275 @@ def test_stopped_calls_are_finished_or_closed(
     page.screenshot(path=shots / "inspector-closed.png")
     assert calls_of(log).count("two") == 1
     assert served.agent.get_state(cancelled).pending_tool_calls == []
+
+
+# --- a second assistant, whose tools ask a human with interrupt() ----------------------------------------------------
+
+
+@tool
+def ask_budget(topic: str) -> str:
+    """Plan, once a human gives the budget."""
+    return f"budget for {topic}: {interrupt('What is the budget?')}"
+
+
+@tool
+def ask_room(size: int) -> str:
+    """Book a room, once a human picks one."""
+    answer = interrupt({"question": "Which room?", "choices": ["red", "blue"], "size": size})
+    return f"room: {json.dumps(answer)}"
+
+
+@tool
+def book(room: str) -> str:
+    """Book a room (a human reviews the call first: interrupt_before)."""
+    return f"booked {room}"
+
+
+def ask_policy(messages: list[ChatMessage], tools: list[Any]) -> Any:
+    """
+    ``plan TOPIC`` asks the budget, ``room SIZE`` asks a room, ``trip`` asks the budget and books (reviewed) at once;
+    anything else is heard.
+    """
+    last = messages[-1]
+    if last.tool_call_result is not None:
+        return f"Noted: {last.tool_call_result.result}"
+    text = last.text or ""
+    word, _, rest = text.partition(" ")
+    if word == "plan":
+        return [("ask_budget", {"topic": rest})]
+    if word == "room":
+        return [("ask_room", {"size": int(rest or "2")})]
+    if word == "trip":
+        return [("ask_budget", {"topic": "the trip"}), ("book", {"room": "red"})]
+    return f"asker heard: {text}"
+
+
+def make_asker(checkpointer: Checkpointer) -> Agent:
+    """The second assistant, on ``checkpointer``: its tools ask a human, and ``book`` is reviewed before it runs."""
+    return Agent(
+        ScriptedChatGenerator(policy=ask_policy),
+        tools=[ask_budget, ask_room, book],
+        checkpointer=checkpointer,
+        interrupt_before=["book"],
+        system_prompt="You ask before you plan.",
+    )
+
+
+@pytest.fixture
+def two(backend: Backend) -> Iterator[Served]:
+    """A server of two assistants on one checkpointer: the test agent as ``agent`` (listed first), and ``asker``."""
+    checkpointer = backend.checkpointer()
+    agent = make_agent(checkpointer)
+    app = create_app({"agent": agent, "asker": make_asker(checkpointer)}, poll_interval=0.05)
+    with contextlib.ExitStack() as stack:
+        live = stack.enter_context(LiveServer(app))
+        yield Served(live.url, agent, app, stack)
+
+
+def test_a_tool_question_is_answered_in_the_page(two: Served, page: Page, shots: Path) -> None:
+    client = two.client()
+    thread_id = client.threads.create()["thread_id"]
+    client.runs.wait(thread_id, "asker", input=human("plan a trip"))
+    assert client.threads.get(thread_id)["status"] == "interrupted"
+    page.goto(f"{two.url}/ui/?thread={thread_id}")
+    messages = page.locator("#messages .message")
+
+    # The question, with an answer box; a new message cannot go while the thread waits.
+    question = page.locator("#interrupt .question")
+    expect(question).to_have_count(1)
+    expect(question.locator(".ask")).to_have_text("What is the budget?")
+    expect(page.locator("#interrupt .action")).to_have_count(0)  # no tool call to approve
+    expect(page.locator("#resume")).to_have_text("Send")
+    expect(page.locator("#send-button")).to_be_disabled()
+    expect(page.locator("#thread-status-badge")).to_have_text("interrupted")
+    question.locator("textarea.answer").fill("500 euros")
+    page.screenshot(path=shots / "inspector-question.png")
+    page.click("#resume")
+
+    # The run goes on with the answer (as text).
+    expect(messages.last).to_have_text("aiNoted: budget for a trip: 500 euros")
+    expect(page.locator("#interrupt")).to_be_hidden()
+    expect(page.locator("#thread-status-badge")).to_have_text("idle")
+    expect(page.locator("#send-button")).to_be_enabled()
+
+    # A question that is not text shows as JSON; an answer that is a JSON object goes as JSON, and Ctrl+Enter sends.
+    page.fill("#send-input", "room 3")
+    page.click("#send-button")
+    expect(question.locator("pre.ask")).to_contain_text('"choices": [')
+    expect(question.locator("pre.ask")).to_contain_text('"size": 3')
+    question.locator("textarea.answer").fill('{"room": "blue", "nights": 2}')
+    page.screenshot(path=shots / "inspector-question-json.png")
+    question.locator("textarea.answer").press("Control+Enter")
+    expect(messages.last).to_have_text('aiNoted: room: {"room": "blue", "nights": 2}')
+    values = client.threads.get_state(thread_id)["values"]
+    assert values["messages"][-1]["content"] == 'Noted: room: {"room": "blue", "nights": 2}'
+
+
+def test_a_question_and_a_review_at_once(two: Served, page: Page, shots: Path) -> None:
+    client = two.client()
+    thread_id = client.threads.create()["thread_id"]
+    client.runs.wait(thread_id, "asker", input=human("trip"))
+    page.goto(f"{two.url}/ui/?thread={thread_id}")
+    question = page.locator("#interrupt .question")
+
+    # One box, one Submit: the question's answer and the call's decision go together.
+    expect(question.locator(".ask")).to_have_text("What is the budget?")
+    expect(page.locator("#interrupt .action")).to_contain_text("book")
+    expect(page.locator("#resume")).to_have_text("Submit")
+    page.locator("#interrupt .action input[value='edit']").check()
+    page.locator("#interrupt .action textarea").fill('{"room": "green"}')
+    page.click("#resume")
+    expect(page.locator("#error")).to_contain_text("Type an answer")  # the question is not answered yet
+    question.locator("textarea.answer").fill("300")
+    page.screenshot(path=shots / "inspector-question-and-review.png")
+    page.click("#resume")
+    expect(page.locator("#interrupt")).to_be_hidden()
+    expect(page.locator("#messages .message.tool")).to_have_count(2)
+    results = [m["content"] for m in client.threads.get_state(thread_id)["values"]["messages"] if m["type"] == "tool"]
+    assert results == ["budget for the trip: 300", "booked green"]
+
+
+def test_the_thread_list_shows_titles_assistants_and_a_live_running_badge(two: Served, page: Page, shots: Path) -> None:
+    client = two.client()
+    long_text = "note " + "a very long first message that goes on " * 4
+    noted = client.threads.create()["thread_id"]
+    client.runs.wait(noted, "agent", input=human(long_text))
+    asked = client.threads.create()["thread_id"]
+    client.runs.wait(asked, "asker", input=human("hello asker"))
+    fresh = client.threads.create()["thread_id"]  # no run: no title, no assistant
+    slow = client.threads.create()["thread_id"]
+    client.runs.create(slow, "agent", input=human("sleep 3"))
+    page.goto(f"{two.url}/ui/")
+
+    item = {
+        thread_id: page.locator(f"#thread-list li[data-thread-id='{thread_id}']")
+        for thread_id in (noted, asked, fresh, slow)
+    }
+    expect(item[slow].locator(".badge")).to_have_text("running")
+    expect(item[slow].locator(".title")).to_have_text("sleep 3")
+    expect(item[asked].locator(".title")).to_have_text("hello asker")
+    expect(item[asked].locator(".assistant")).to_have_text("asker")
+    expect(item[noted].locator(".assistant")).to_have_text("agent")
+    expect(item[noted].locator(".title")).to_have_attribute("title", long_text)  # all of it, on hover
+    shown = item[noted].locator(".title").inner_text()
+    assert shown.endswith("…") and len(shown) == 60 and long_text.startswith(shown[:-1])
+    expect(item[fresh].locator(".title")).to_have_text("(no messages yet)")
+    expect(item[fresh].locator(".assistant")).to_have_text("")
+    expect(item[fresh].locator(".badge")).to_have_text("idle")
+
+    # The running thread, opened: it runs elsewhere, so Send waits; the page follows it to its end, unreloaded.
+    item[slow].click()
+    expect(page.locator("#thread-status-badge")).to_have_text("running")
+    expect(page.locator("#thread-assistant")).to_have_text("assistant: agent")
+    expect(page.locator("#send-button")).to_be_disabled()
+    expect(page.locator("#run-status")).to_contain_text("A run is going on this thread")
+    page.screenshot(path=shots / "inspector-badges.png")
+    expect(item[slow].locator(".badge")).to_have_text("idle")
+    expect(page.locator("#thread-status-badge")).to_have_text("idle")
+    expect(page.locator("#messages .message").last).to_have_text("aislept 3")
+    expect(page.locator("#send-button")).to_be_enabled()
+    expect(page.locator("#run-status")).to_have_text("")
+
+
+def test_send_is_disabled_while_a_run_streams(served: Served, page: Page, shots: Path) -> None:
+    client = served.client()
+    thread_id = client.threads.create()["thread_id"]
+    page.goto(f"{served.url}/ui/?thread={thread_id}")
+    send = page.locator("#send-button")
+    expect(send).to_be_enabled()
+
+    page.fill("#send-input", "drip a slow and careful answer")
+    send.click()
+    expect(page.locator("#messages .message.streaming")).to_have_count(1)
+    expect(send).to_be_disabled()
+    expect(page.locator(f"#thread-list li[data-thread-id='{thread_id}'] .badge")).to_have_text("running")
+    page.fill("#send-input", "too soon")
+    page.locator("#send-input").press("Control+Enter")  # submits the form, but sends nothing while the run streams
+    page.screenshot(path=shots / "inspector-streaming.png")
+    expect(page.locator("#messages .message").last).to_have_text("aidripped: a slow and careful answer")
+    expect(send).to_be_enabled()
+    expect(page.locator("#send-input")).to_have_value("too soon")
+    expect(page.locator(f"#thread-list li[data-thread-id='{thread_id}'] .badge")).to_have_text("idle")
+    assert len(client.runs.list(thread_id)) == 1
+
+    # A run that fails: Send comes back at its error.
+    page.fill("#send-input", "fail")
+    send.click()
+    expect(page.locator("#error")).to_contain_text("the model is down")
+    expect(send).to_be_enabled()
+    expect(page.locator("#run-status")).to_have_text("")
+
+
+def test_a_thread_runs_with_its_own_assistant(two: Served, page: Page, shots: Path) -> None:
+    client = two.client()
+    asked = client.threads.create()["thread_id"]
+    client.runs.wait(asked, "asker", input=human("hello"))
+    page.goto(f"{two.url}/ui/?thread={asked}")
+    messages = page.locator("#messages .message")
+    expect(page.locator("#assistant")).to_have_value(client.assistants.search(graph_id="agent")[0]["assistant_id"])
+
+    # A thread of the second assistant: its runs go there, whatever is picked for new threads (no 409).
+    expect(page.locator("#thread-assistant")).to_have_text("assistant: asker")
+    page.fill("#send-input", "are you there?")
+    page.click("#send-button")
+    expect(messages.last).to_have_text("aiasker heard: are you there?")
+    expect(page.locator("#error")).to_be_hidden()
+    page.screenshot(path=shots / "inspector-own-assistant.png")
+
+    # A new thread runs with the assistant picked when it was made, and keeps it.
+    page.select_option("#assistant", label="asker")
+    page.click("#new-thread")
+    expect(page.locator("#thread-assistant")).to_have_text("assistant: asker")
+    page.select_option("#assistant", label="agent")
+    page.fill("#send-input", "hi")
+    page.click("#send-button")
+    expect(messages.last).to_have_text("aiasker heard: hi")
+    fresh = page.locator("#thread-id").inner_text()
+    assert fresh != asked
+    assert client.threads.get(fresh)["metadata"]["graph_id"] == "asker"
+
+    # A thread made elsewhere, with no run: the assistant picked for new threads.
+    bare = client.threads.create()["thread_id"]
+    page.goto(f"{two.url}/ui/?thread={bare}")
+    expect(page.locator("#thread-assistant")).to_have_text("assistant: agent (picked for new threads)")
+    page.select_option("#assistant", label="asker")
+    expect(page.locator("#thread-assistant")).to_have_text("assistant: asker (picked for new threads)")
+    page.fill("#send-input", "who runs this?")
+    page.click("#send-button")
+    expect(messages.last).to_have_text("aiasker heard: who runs this?")
+    expect(page.locator("#thread-assistant")).to_have_text("assistant: asker")
+
+
+def test_a_long_state_value_expands(served: Served, page: Page, shots: Path) -> None:
+    client = served.client()
+    thread_id = client.threads.create()["thread_id"]
+    topic = "\n".join(f"line {i}: the topic goes on and on" for i in range(40))
+    client.runs.wait(thread_id, "agent", input={**human("note short"), "topic": topic})
+    page.goto(f"{served.url}/ui/?thread={thread_id}")
+    page.click(".tabs button[data-view='state']")
+
+    row = page.locator("#state-table tr[data-key='topic']")
+    cell, toggle = row.locator("td.clip"), row.locator("button.more")
+    expect(toggle).to_have_text("more")
+    expect(toggle).to_have_attribute("aria-expanded", "false")
+    expect(row.locator("pre")).to_contain_text("line 39")  # all of it is there, clipped
+    expect(page.locator("#state-table tr[data-key='notes'] button.more")).to_have_count(0)  # short: whole
+    clipped = row.locator("pre").bounding_box()
+    assert clipped is not None and clipped["height"] < 200
+    page.screenshot(path=shots / "inspector-long-value.png")
+
+    toggle.click()
+    expect(cell).to_have_class("clip open")
+    expect(toggle).to_have_text("less")
+    opened = row.locator("pre").bounding_box()
+    assert opened is not None and opened["height"] > 3 * clipped["height"]
+    page.screenshot(path=shots / "inspector-long-value-open.png", full_page=True)
+
+    # It stays open when the thread reloads (a run elsewhere), and closes with "less".
+    client.runs.wait(thread_id, "agent", input=human("hello"))
+    page.click(f"#thread-list li[data-thread-id='{thread_id}']")
+    expect(row.locator("pre")).to_contain_text("line 39")
+    expect(toggle).to_have_text("less")
+    toggle.click()
+    expect(cell).to_have_class("clip")
+    expect(toggle).to_have_text("more")
