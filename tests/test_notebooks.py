@@ -103,7 +103,10 @@ def execute(path: Path, workdir: Path, openai: dict[str, str] | None = None) -> 
 
 
 def _outputs(notebook: Any) -> list[list[tuple[str, str]]]:
-    """Per code cell, its outputs as (kind, text), with ids and times replaced by placeholders."""
+    """
+    Per code cell, its outputs as (kind, text), with ids and times replaced by placeholders, and consecutive stream
+    outputs of one stream joined.
+    """
     cells = []
     for cell in notebook.cells:
         if cell.cell_type != "code":
@@ -111,7 +114,11 @@ def _outputs(notebook: Any) -> list[list[tuple[str, str]]]:
         shown = []
         for output in cell.outputs:
             if output.output_type == "stream":
-                shown.append((output.name, output.text))
+                # A kernel may send one print as several stream messages (ipykernel releases differ): join them.
+                if shown and shown[-1][0] == output.name:
+                    shown[-1] = (output.name, shown[-1][1] + output.text)
+                else:
+                    shown.append((output.name, output.text))
             elif output.output_type in ("execute_result", "display_data"):
                 # What a reader sees: the HTML where there is one (its plain-text fallback is a repr of internals).
                 mime = "text/html" if "text/html" in output.data else "text/plain"

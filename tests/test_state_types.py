@@ -4,6 +4,7 @@ the state unchanged."""
 import dataclasses
 import datetime
 import enum
+import re
 import threading
 import typing
 from collections import Counter
@@ -155,7 +156,12 @@ def _id(value: Any) -> str:
     return getattr(value, "__name__", None) or str(value).replace("typing.", "")
 
 
-@pytest.mark.parametrize(("tp", "value"), ACCEPTED, ids=[f"{_id(t)}-{v!r}"[:60] for t, v in ACCEPTED])
+def _shown(value: object) -> str:
+    """A value's repr without memory addresses (test ids must be the same in every pytest-xdist worker)."""
+    return re.sub(r" at 0x[0-9a-f]+", "", repr(value))
+
+
+@pytest.mark.parametrize(("tp", "value"), ACCEPTED, ids=[f"{_id(t)}-{_shown(v)}"[:60] for t, v in ACCEPTED])
 def test_accepted_values(tp: Any, value: Any) -> None:
     state = State({"key": {"type": tp, "handler": lambda current, new: new}})
     state.set("key", value)
@@ -164,7 +170,9 @@ def test_accepted_values(tp: Any, value: Any) -> None:
     assert State({"key": {"type": tp}}, {"key": value}).has("key")  # initial data is checked the same way
 
 
-@pytest.mark.parametrize(("tp", "value", "expected"), REJECTED, ids=[f"{_id(t)}-{v!r}"[:60] for t, v, _ in REJECTED])
+@pytest.mark.parametrize(
+    ("tp", "value", "expected"), REJECTED, ids=[f"{_id(t)}-{_shown(v)}"[:60] for t, v, _ in REJECTED]
+)
 def test_rejected_values(tp: Any, value: Any, expected: str) -> None:
     state = State({"key": {"type": tp, "handler": lambda current, new: new}})
     with pytest.raises(StateTypeError) as info:
