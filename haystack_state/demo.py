@@ -1,7 +1,8 @@
 """
 The offline research assistant behind ``haystack-state demo``: an Agent with two tools (``search`` and
-``take_note``) on a durable SQLite thread, driven by a ``ScriptedChatGenerator`` policy that decides each tool call
-from the conversation. After every turn it prints what each checkpoint changed in the state.
+``take_note``) on a durable thread (of a SQLite file or a PostgreSQL schema), driven by a ``ScriptedChatGenerator``
+policy that decides each tool call from the conversation. After every turn it prints what each checkpoint changed in
+the state.
 """
 
 from __future__ import annotations
@@ -10,16 +11,16 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any
 
 from haystack.dataclasses import ChatMessage
 from haystack.tools.tool import Tool
 
+from haystack_state._cli_text import plural
 from haystack_state.agent import Agent
 from haystack_state.display import summarize
 from haystack_state.handlers import unique
-from haystack_state.persistence.sqlite import SQLiteCheckpointer
+from haystack_state.persistence.base import Checkpointer
 from haystack_state.state import State
 from haystack_state.testing import ScriptedChatGenerator, ScriptReply
 from haystack_state.tools import tool
@@ -81,6 +82,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "notes": {"type": list[str], "description": "the facts the assistant wrote down, with their source"},
     "searches": {"type": list[str], "scope": "run", "description": "this turn's search queries"},
 }
+
+#: The demo's thread, or the first free one of ``research-2``, ``research-3``, ...
+DEFAULT_THREAD = "research"
 
 SYSTEM_PROMPT = (
     "You are a research assistant. Search the library before you answer, write down each fact you use with "
@@ -161,7 +165,7 @@ def research_policy(messages: list[ChatMessage], tools: list[Tool]) -> ScriptRep
     return f"Here is what I found: {note}"
 
 
-def research_agent(checkpointer: SQLiteCheckpointer) -> Agent:
+def research_agent(checkpointer: Checkpointer) -> Agent:
     """
     The demo's agent: the scripted research policy, ``search`` and ``take_note``, and the demo's state schema.
 
@@ -269,7 +273,7 @@ def _print_checkpoint(entry: dict[str, Any], echo: Callable[[str], None]) -> Non
         label = " " * len(label)
 
 
-def _free_thread_id(checkpointer: SQLiteCheckpointer, base: str = "research") -> str:
+def _free_thread_id(checkpointer: Checkpointer, base: str = DEFAULT_THREAD) -> str:
     taken = {info.thread_id for info in checkpointer.list_threads()}
     number = 1
     while (thread_id := base if number == 1 else f"{base}-{number}") in taken:
@@ -277,73 +281,73 @@ def _free_thread_id(checkpointer: SQLiteCheckpointer, base: str = "research") ->
     return thread_id
 
 
-def run_demo(db: Path, turns: int = len(QUESTIONS), echo: Callable[[str], None] | None = None) -> DemoResult:
+def run_demo(
+    checkpointer: Checkpointer,
+    turns: int = len(QUESTIONS),
+    echo: Callable[[str], None] | None = None,
+    *,
+    thread_id: str | None = None,
+    where: str = "the checkpointer",
+) -> DemoResult:
     """
-    Run the research assistant for ``turns`` questions on a new thread of the SQLite file ``db``.
+    Run the research assistant for ``turns`` questions on a new thread.
 
-    :param db: The database file; created if missing. A thread already there is left alone: the demo takes the
-        next free id (``research``, ``research-2``, ...).
+    :param checkpointer: Where the thread is kept (a SQLite file's, a PostgreSQL schema's).
     :param turns: How many of :data:`QUESTIONS` to ask, from 1 to ``len(QUESTIONS)``.
     :param echo: Called with each line of the step-by-step report; nothing is printed if None.
+    :param thread_id: The thread to write, which must not exist yet. None takes ``research``, or if a thread has
+        that id, the next free one (``research-2``, ...): a thread already there is left alone.
+    :param where: The database, as the report names it.
     :returns: The thread id, each turn's checkpoints and changes, and the final sizes.
-    :raises ValueError: If ``turns`` is out of range.
+    :raises ValueError: If ``turns`` is out of range, or the thread ``thread_id`` exists.
     """
     if not 1 <= turns <= len(QUESTIONS):
         raise ValueError(f"turns must be between 1 and {len(QUESTIONS)}, got {turns}.")
+    if thread_id is not None and checkpointer.head(thread_id) is not None:
+        raise ValueError(f"The thread '{thread_id}' already exists; the demo writes a new thread.")
     say = echo or (lambda line: None)
-    with SQLiteCheckpointer(db) as checkpointer:
-        agent = research_agent(checkpointer)
-        thread_id = _free_thread_id(checkpointer)
-        result = DemoResult(thread_id=thread_id)
-        say(f"Research assistant on thread '{thread_id}' in {db} (offline: a scripted model decides the calls)")
-        previous = State(SCHEMA)
-        seen: set[str] = set()
-        for number, question in enumerate(QUESTIONS[:turns], start=1):
-            say("")
-            say(f"Turn {number}. user: {question}")
-            output = agent.run([ChatMessage.from_user(question)], thread_id=thread_id)
-            new = [meta for meta in reversed(agent.get_history(thread_id)) if meta.checkpoint_id not in seen]
-            committed = []
-            for meta in new:
-                seen.add(meta.checkpoint_id)
-                current = State(SCHEMA, agent.get_state(thread_id, meta.checkpoint_id).values)
-                entry = {
-                    "checkpoint_id": meta.checkpoint_id,
-                    "step": meta.step,
-                    "source": meta.source,
-                    "tools": list(meta.tool_names),
-                    "changed_keys": list(meta.changed_keys),
-                    "changes": _changes(previous, current),
-                }
-                _print_checkpoint(entry, say)
-                committed.append(entry)
-                previous = current
-            answer = output["last_message"].text or ""
-            say("  assistant: " + answer.replace("\n", "\n             "))
-            result.turns.append({"question": question, "answer": answer, "checkpoints": committed})
-        result.checkpoints = len(agent.get_history(thread_id))
-        result.sizes = previous.size()
+    agent = research_agent(checkpointer)
+    thread_id = thread_id if thread_id is not None else _free_thread_id(checkpointer)
+    result = DemoResult(thread_id=thread_id)
+    say(f"Research assistant on thread '{thread_id}' in {where} (offline: a scripted model decides the calls)")
+    if thread_id.startswith(f"{DEFAULT_THREAD}-"):
+        say(f"(a thread '{DEFAULT_THREAD}' is there already: each run writes a new thread; --thread NAME names it)")
+    previous = State(SCHEMA)
+    seen: set[str] = set()
+    for number, question in enumerate(QUESTIONS[:turns], start=1):
+        say("")
+        say(f"Turn {number}. user: {question}")
+        output = agent.run([ChatMessage.from_user(question)], thread_id=thread_id)
+        new = [meta for meta in reversed(agent.get_history(thread_id)) if meta.checkpoint_id not in seen]
+        committed = []
+        for meta in new:
+            seen.add(meta.checkpoint_id)
+            current = State(SCHEMA, agent.get_state(thread_id, meta.checkpoint_id).values)
+            entry = {
+                "checkpoint_id": meta.checkpoint_id,
+                "step": meta.step,
+                "source": meta.source,
+                "tools": list(meta.tool_names),
+                "changed_keys": list(meta.changed_keys),
+                "changes": _changes(previous, current),
+            }
+            _print_checkpoint(entry, say)
+            committed.append(entry)
+            previous = current
+        answer = output["last_message"].text or ""
+        say("  assistant: " + answer.replace("\n", "\n             "))
+        result.turns.append({"question": question, "answer": answer, "checkpoints": committed})
+    result.checkpoints = len(agent.get_history(thread_id))
+    result.sizes = previous.size()
     by_source: dict[str, int] = {}
     for turn in result.turns:
         for entry in turn["checkpoints"]:
             by_source[entry["source"]] = by_source.get(entry["source"], 0) + 1
     counts = ", ".join(f"{count} {source}" for source, count in by_source.items())
     say("")
-    say(f"Thread '{thread_id}': {result.checkpoints} checkpoints ({counts}).")
+    say(f"Thread '{thread_id}': {plural(result.checkpoints, 'checkpoint')} ({counts}).")
     say("State size, in bytes of JSON per key:")
     for key, size in result.sizes.items():
         say(f"  {key:<9} {size:>7,}")
     say("")
-    turn_1, head = (
-        result.turns[0]["checkpoints"][-1]["checkpoint_id"],
-        result.turns[-1]["checkpoints"][-1]["checkpoint_id"],
-    )
-    say("Look at it again with:")
-    for command in (
-        "threads {db}",
-        "history {db} {thread}",
-        "show {db} {thread}",
-        "diff {db} {thread} {turn_1} {head}",
-    ):
-        say("  haystack-state " + command.format(db=db, thread=thread_id, turn_1=turn_1, head=head))
     return result

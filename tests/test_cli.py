@@ -61,6 +61,12 @@ def run(capsys: pytest.CaptureFixture[str], *args: str, unchanged: Path | None =
     return Run(code, captured.out, captured.err)
 
 
+def follow_ups(result: Run) -> list[str]:
+    """The commands a demo printed to look at its thread again (without their comments)."""
+    lines = result.lines
+    return [line.split("  # ")[0].strip() for line in lines[lines.index("Look at it again with:") + 1 :]]
+
+
 def assert_fails(result: Run, message: str, code: int = 1) -> None:
     """One line on stderr saying what went wrong (after argparse's usage, for bad arguments), nothing on stdout."""
     assert result.code == code
@@ -151,10 +157,18 @@ def test_demo_prints_each_step_and_a_summary(tmp_path: Path, capsys: pytest.Capt
     sizes = State(SCHEMA, final).size()
     for key, size in sizes.items():
         assert f"  {key:<9} {size:>7,}" in lines
-    assert "  haystack-state history haystack_state_demo.db research" in lines
+    # The commands to look at it again name the thread it wrote, and a diff of two different checkpoints.
     end_of_turn_1 = next(m for m in reversed(history) if m.source == "model" and m.step == 3)
-    ids = f"{end_of_turn_1.checkpoint_id} {history[0].checkpoint_id}"
-    assert f"  haystack-state diff haystack_state_demo.db research {ids}" in lines
+    shorts = short_ids(history)
+    assert follow_ups(result) == [
+        "haystack-state log haystack_state_demo.db research",
+        "haystack-state history haystack_state_demo.db research",
+        "haystack-state show haystack_state_demo.db research",
+        f"haystack-state diff haystack_state_demo.db research {shorts[end_of_turn_1.checkpoint_id]} "
+        f"{shorts[history[0].checkpoint_id]}",
+        "haystack-state threads haystack_state_demo.db",
+    ]
+    assert "  # what turns 2-4 changed" in lines[-2]
     assert result.err == ""
 
 
@@ -189,6 +203,7 @@ def test_demo_on_an_existing_database_starts_a_new_thread(tmp_path: Path, capsys
     result = run(capsys, "demo", "--db", str(db), "--turns", "1")
     assert result.code == 0
     assert "thread 'research-2'" in result.lines[0]
+    assert all(" research-2" in command for command in follow_ups(result)[:-1])  # the commands read the new one
     with SQLiteCheckpointer(db) as checkpointer:
         assert checkpointer.history("research") == first  # the earlier thread is left alone
         assert sorted(t.thread_id for t in checkpointer.list_threads()) == ["research", "research-2"]
@@ -394,7 +409,7 @@ def test_a_missing_file_is_one_line_and_is_not_created(
 ) -> None:
     missing = tmp_path / "missing.db"
     args = [a.format(db=missing, thread="research", head="x") for a in command] + json_flag
-    assert_fails(run(capsys, *args, unchanged=tmp_path), f"{PROG}: error: no such file: {missing}")
+    assert_fails(run(capsys, *args, unchanged=tmp_path), f"{PROG}: error: {missing} does not exist")
     assert not missing.exists()
 
 
@@ -419,7 +434,7 @@ def test_a_file_that_is_not_a_database(command: list[str], tmp_path: Path, capsy
     folder = tmp_path / "folder.db"
     folder.mkdir()
     args = [a.format(db=folder, thread="research", head="x") for a in command]
-    assert_fails(run(capsys, *args, unchanged=tmp_path), f"{PROG}: error: not a file: {folder}")
+    assert_fails(run(capsys, *args, unchanged=tmp_path), f"{PROG}: error: {folder} is not a file")
 
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["text", "json"])
@@ -444,8 +459,8 @@ def test_an_unknown_checkpoint(
     bad = "01234567-89ab-7def-8123-456789abcdef"
     command, *rest = args
     full = [command, str(demo.db), demo.thread, *(a.format(bad=bad, head=demo.head) for a in rest), *json_flag]
-    message = f"{PROG}: error: thread '{demo.thread}' has no checkpoint '{bad}' (list them with: {PROG} history DB "
-    message += f"{demo.thread})"
+    message = f"{PROG}: error: thread '{demo.thread}' has no checkpoint '{bad}' (list them with: {PROG} history "
+    message += f"{demo.db} {demo.thread})"
     assert_fails(run(capsys, *full, unchanged=demo.folder), message)
 
 
@@ -496,7 +511,7 @@ def test_demo_in_a_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[
     target = tmp_path / "nowhere" / "demo.db"
     assert_fails(
         run(capsys, "demo", "--db", str(target), unchanged=tmp_path),
-        f"{PROG}: error: no such directory: {target.parent}",
+        f"{PROG}: error: '{PROG} demo' cannot create {target}: no such directory: {target.parent}",
     )
 
 
@@ -510,14 +525,20 @@ def test_demo_on_a_file_that_is_not_a_database(tmp_path: Path, capsys: pytest.Ca
 # --- the installed command -----------------------------------------------------------------------------------------
 
 
-def _console_script() -> list[str]:
-    """The ``haystack-state`` script installed next to this interpreter, or ``python -m haystack_state.cli``."""
+def console_script() -> list[str]:
+    """The ``haystack-state`` script installed next to this interpreter, or ``python -m haystack_state_cli``."""
     script = Path(sys.executable).parent / ("haystack-state.exe" if os.name == "nt" else "haystack-state")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "haystack_state.cli"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "haystack_state_cli"]
 
 
 @pytest.mark.parametrize(
-    "launcher", [_console_script(), [sys.executable, "-m", "haystack_state.cli"]], ids=["script", "module"]
+    "launcher",
+    [
+        console_script(),
+        [sys.executable, "-m", "haystack_state_cli"],
+        [sys.executable, "-m", "haystack_state.cli"],
+    ],
+    ids=["script", "entry-module", "package-module"],
 )
 def test_the_installed_command(launcher: list[str], demo: Demo) -> None:
     env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False"}
@@ -587,9 +608,9 @@ def test_delete_and_prune(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     with SQLiteCheckpointer(db) as cp:
         assert cp.get(thread).values == {"n": 9}
         assert len(cp.history(thread)) == 1
-    assert run(capsys, "delete", str(db), thread).out == "deleted thread 't' (1 checkpoints)\n"
+    assert run(capsys, "delete", str(db), thread, "--yes").out == "deleted thread 't' (1 checkpoint)\n"
     assert_fails(
-        run(capsys, "delete", str(db), thread),
+        run(capsys, "delete", str(db), thread, "--yes"),
         f"{PROG}: error: no thread 't' in {db} (list them with: {PROG} threads {db})",
     )
     assert_fails(
@@ -632,5 +653,5 @@ def test_a_postgresql_url_is_opened(
     listed = run(capsys, "threads", postgres_dsn, "--schema", postgres_schema, "--json").json()
     assert [t["thread_id"] for t in listed] == ["pg"]
     assert run(capsys, "show", postgres_dsn, "pg", "--schema", postgres_schema, "--key", "n").out == "5\n"
-    assert run(capsys, "delete", postgres_dsn, "pg", "--schema", postgres_schema).code == 0
+    assert run(capsys, "delete", postgres_dsn, "pg", "--schema", postgres_schema, "-y").code == 0
     assert run(capsys, "threads", postgres_dsn, "--schema", postgres_schema, "--json").json() == []

@@ -84,7 +84,7 @@ def test_bad_input_is_one_line_and_changes_nothing(
 def test_read_commands_do_not_create_a_sqlite_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "absent.db"
     code, _, err = run(capsys, "store", "namespaces", "--db", str(path))
-    assert code == 1 and "no such file" in err and not path.exists()
+    assert code == 1 and err == f"haystack-state: error: {path} does not exist\n" and not path.exists()
 
 
 def test_the_db_option_is_required(capsys: pytest.CaptureFixture[str]) -> None:

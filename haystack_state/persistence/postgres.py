@@ -41,7 +41,7 @@ from haystack.core.errors import SerializationError
 from haystack.utils import Secret
 
 from haystack_state.errors import CheckpointError
-from haystack_state.migrations import migrate_postgres
+from haystack_state.migrations import migrate_postgres, postgres_version
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.grouping import Failed, GroupCommit
@@ -93,6 +93,17 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "ALTER TABLE {leases} ADD COLUMN stop_requested boolean NOT NULL DEFAULT false",
     ),
 ]
+
+
+def read_only_conninfo(conninfo: str) -> str:
+    """
+    ``conninfo`` with every transaction read-only (``-c default_transaction_read_only=on`` added to its options).
+
+    :param conninfo: A libpq connection string or URL.
+    :returns: The connection string.
+    """
+    given = psycopg.conninfo.conninfo_to_dict(conninfo).get("options") or ""
+    return psycopg.conninfo.make_conninfo(conninfo, options=f"{given} -c default_transaction_read_only=on".strip())
 
 
 #: The cursor method that reads a statement's result, by its ``fetch`` (the others give the row count or None).
@@ -215,6 +226,9 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
     :param schema: The schema holding the tables (created if missing).
     :param max_connections: The size of each pool the checkpointer opens.
     :param cache_size: How many threads' head states to keep materialized (0 disables the cache).
+    :param read_only: Read existing tables only: nothing is created or migrated, and the sessions the checkpointer
+        opens are read-only (``default_transaction_read_only``; a given ``pool``'s connections are used as they
+        are). The schema must hold this version's tables.
     :param kwargs: The settings of :class:`~haystack_state.persistence.base.Checkpointer` (``lease_ttl``,
         ``thread_ttl``, ``snapshot_min_bytes``, ``snapshot_ratio``).
     """
@@ -227,12 +241,14 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         schema: str = "public",
         max_connections: int = 4,
         cache_size: int = 64,
+        read_only: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(cache_size=cache_size, **kwargs)
         if conninfo is not None and pool is not None:
             raise ValueError("Pass either conninfo or pool, not both.")
         self._schema = schema
+        self._read_only = read_only
         self._names = {
             "threads": sql.Identifier(schema, "haystack_state_threads"),
             "checkpoints": sql.Identifier(schema, "haystack_state_checkpoints"),
@@ -267,9 +283,11 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         }
         if pool is None:
             self._dsn = (conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo) or ""
+            if read_only:
+                self._dsn = read_only_conninfo(self._dsn)
             # Connect once directly first: a wrong conninfo fails at once instead of after the pool's timeout.
             with psycopg.connect(self._dsn, autocommit=True) as conn:
-                self._migrate(conn)
+                self._prepare(conn)
             self._pool = ConnectionPool(
                 self._dsn, min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
             )
@@ -277,7 +295,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
             self._dsn = pool.conninfo
             self._pool = pool
             with pool.connection() as conn:
-                self._migrate(conn)
+                self._prepare(conn)
 
     # --- connections and scripts --------------------------------------------------------------------------------
 
@@ -503,6 +521,28 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         if self._owns_pool:
             self._pool.close()
 
+    def _prepare(self, conn: psycopg.Connection[Any]) -> None:
+        """Migrate the tables; for a read-only checkpointer, check that they are at this version instead."""
+        if not self._read_only:
+            self._migrate(conn)
+            return
+        current = postgres_version(conn, self._schema, "haystack_state_migrations", self._q)
+        if current is None:
+            raise CheckpointError(
+                f"The schema '{self._schema}' does not exist; a read-only PostgresCheckpointer creates nothing."
+            )
+        if current == 0:
+            raise CheckpointError(
+                f"The schema '{self._schema}' holds no haystack-state checkpoints (it has no haystack_state_threads "
+                "table); a read-only PostgresCheckpointer creates nothing."
+            )
+        if current != len(MIGRATIONS):
+            raise CheckpointError(
+                f"The schema '{self._schema}' is at version {current}, and this haystack-state reads version "
+                f"{len(MIGRATIONS)}; a read-only PostgresCheckpointer cannot migrate it (open it once without "
+                "read_only to migrate it)."
+            )
+
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Apply the pending migrations (see :func:`haystack_state.migrations.migrate_postgres`)."""
         schema = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
@@ -529,6 +569,8 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
                 "PostgresCheckpointer(Secret.from_env_var('PG_DSN'))."
             )
         params: dict[str, Any] = {"schema": self._schema, "max_connections": self._max_connections}
+        if self._read_only:
+            params["read_only"] = True
         if isinstance(self._conninfo, Secret):
             params["conninfo"] = self._conninfo.to_dict()
         elif self._conninfo is not None:

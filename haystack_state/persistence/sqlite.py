@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import errno
 import os
 import sqlite3
 import threading
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, CheckpointStorageError, ThreadNotFoundError
-from haystack_state.migrations import migrate_sqlite
+from haystack_state.migrations import migrate_sqlite, sqlite_version
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer, check_commit
 from haystack_state.persistence.grouping import Failed, GroupCommit
@@ -147,8 +148,8 @@ class SQLiteCheckpointer(Checkpointer):
         (then a single connection is shared by all threads).
     :param timeout: How long a writer waits for another process's lock, in seconds.
     :param cache_size: How many threads' head states to keep materialized (0 disables the cache).
-    :param read_only: Open an existing file read-only (nothing is created or migrated; writes fail). A file without
-        write permission is opened immutable (no ``-wal`` or ``-shm`` file is created beside it).
+    :param read_only: Open an existing file read-only (nothing is created or migrated; writes fail; see
+        :func:`connect_read_only`). It must hold this version's tables.
     :param kwargs: The settings of :class:`~haystack_state.persistence.base.Checkpointer` (``lease_ttl``,
         ``thread_ttl``, ``snapshot_min_bytes``, ``snapshot_ratio``).
     """
@@ -215,10 +216,7 @@ class SQLiteCheckpointer(Checkpointer):
 
     def _open(self) -> sqlite3.Connection:
         if self._read_only:
-            # A file nobody may write is opened immutable: SQLite then creates no -wal or -shm file beside it.
-            immutable = not os.stat(self._path).st_mode & 0o222
-            uri = Path(self._path).resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
-            conn = sqlite3.connect(uri, uri=True, timeout=self._timeout, check_same_thread=False, isolation_level=None)
+            conn = connect_read_only(self._path, timeout=self._timeout)
         else:
             conn = sqlite3.connect(self._path, timeout=self._timeout, check_same_thread=False, isolation_level=None)
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -670,6 +668,39 @@ class SQLiteCheckpointer(Checkpointer):
             yield conn
 
 
+def connect_read_only(path: str | Path, *, timeout: float = 5.0) -> sqlite3.Connection:
+    """
+    A connection that only reads an existing SQLite file, and leaves nothing behind: the file is never created,
+    changed or migrated, and no ``-wal`` or ``-shm`` file stays beside it.
+
+    A file we may write, in a folder we may write, is opened read-write with ``PRAGMA query_only`` (a plain
+    read-only connection to a WAL database would leave its ``-wal`` and ``-shm`` files behind); a file with a
+    ``-wal`` beside it (a writer has it open) read-only, seeing the writer's commits; any other file (read-only, or
+    in a read-only folder) immutable, which needs no ``-shm`` (it does not see a writer that starts meanwhile).
+
+    :param path: The database file.
+    :param timeout: How long to wait for another connection's lock, in seconds.
+    :returns: A connection usable from any thread, in autocommit mode.
+    :raises FileNotFoundError: If the file does not exist.
+    """
+    file = Path(path).resolve()
+    if not file.exists():
+        raise FileNotFoundError(errno.ENOENT, "no such database file", str(path))
+    writable = os.access(file, os.W_OK) and os.access(file.parent, os.W_OK | os.X_OK)
+    if writable:
+        mode = "rw"
+    elif Path(f"{file}-wal").exists():
+        mode = "ro"
+    else:
+        mode = "ro&immutable=1"
+    conn = sqlite3.connect(
+        f"{file.as_uri()}?mode={mode}", uri=True, timeout=timeout, check_same_thread=False, isolation_level=None
+    )
+    if writable:
+        conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
 def _time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
 
@@ -682,10 +713,7 @@ def _row(found: Any) -> StoredCheckpoint:
 
 def _check_version(conn: sqlite3.Connection, path: str) -> None:
     """For a read-only open: the file must hold this version's schema (it cannot be migrated)."""
-    try:
-        current = conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {MIGRATIONS_TABLE}").fetchone()[0]
-    except sqlite3.OperationalError:
-        current = 0
+    current = sqlite_version(conn, MIGRATIONS_TABLE)
     if current != len(MIGRATIONS):
         raise CheckpointError(
             f"SQLiteCheckpointer: '{path}' is at schema version {current}, and this haystack-state reads version "

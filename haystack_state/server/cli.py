@@ -264,6 +264,12 @@ def build_app(args: argparse.Namespace, out: Callable[..., Any] = print) -> Fast
         )
     checkpointer = open_checkpointer(args.db, args.schema, args.lease_seconds) if args.db else None
     agents = load_agents(args.targets, checkpointer)
+    unkept = [name for name, agent in agents.items() if agent.checkpointer is None]
+    if unkept:
+        raise ServeError(
+            f"agent '{unkept[0]}' has no checkpointer to keep its threads in: add --db threads.db (a SQLite file, "
+            "created if missing) or --db postgresql://..."
+        )
     try:
         limits = Limits(
             max_body_bytes=args.max_body_bytes,

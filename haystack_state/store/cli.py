@@ -11,22 +11,27 @@
 
 A namespace is written with dots, ``users.u1.memories`` (labels cannot contain one); VALUE and ``--filter`` are JSON
 objects. ``--db`` is a SQLite file or a ``postgresql://`` URL (``--schema`` names the PostgreSQL schema). Only
-``put`` creates a SQLite file; the other commands refuse a missing one. ``--json`` prints JSON.
+``put`` creates a file, a schema or a table; ``get``, ``search`` and ``namespaces`` only read (a read-only file too),
+and do not restart the TTL of the items they show; ``delete`` needs an existing, writable store. Scores print with 3
+significant digits, in plain decimals. ``--json`` prints JSON. The arguments are parsed by :mod:`haystack_state_cli`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 
+from haystack_state._cli_open import Access, open_store
+from haystack_state._cli_text import score_text
 from haystack_state.errors import StoreInputError
 from haystack_state.store.base import Store
 from haystack_state.store.records import Item
 
-__all__ = ["add_store_commands", "open_store"]
+__all__ = ["run"]
+
+Output = Callable[[str], None]
 
 
 def _namespace(text: str) -> tuple[str, ...]:
@@ -43,53 +48,36 @@ def _json_object(text: str, what: str) -> dict[str, Any]:
     return value
 
 
-def open_store(db: str, schema: str = "public", *, create: bool = False) -> Store:
-    """
-    The store of ``--db``: PostgreSQL for a ``postgresql://`` URL (its table in ``schema``), else a SQLite file.
-
-    :param create: Whether a missing SQLite file may be created.
-    :raises StoreInputError: For a missing SQLite file (without ``create``).
-    """
-    if db.startswith(("postgresql://", "postgres://")):
-        from haystack_state.store.postgres import PostgresStore
-
-        return PostgresStore(db, schema=schema)
-    from haystack_state.store.sqlite import SQLiteStore
-
-    if not create and not os.path.exists(db):
-        raise StoreInputError(f"{db}: no such file (only 'store put' creates one).")
-    return SQLiteStore(db)
-
-
 def _show(item: Item) -> str:
     data = item.to_dict()
-    score = f"  score={item.score:.4g}" if item.score is not None else ""
+    score = f"  score={score_text(item.score)}" if item.score is not None else ""
     return f"{'.'.join(item.namespace)}  {item.key}  {json.dumps(data['value'], ensure_ascii=False)}{score}"
 
 
-def _put(args: argparse.Namespace, store: Store, out: Callable[..., Any]) -> None:
+def _put(args: argparse.Namespace, store: Store, out: Output) -> None:
     namespace = _namespace(args.namespace)
     store.put(namespace, args.key, _json_object(args.value, "VALUE"), ttl=args.ttl)
-    item = store.get(namespace, args.key)
+    item = store.get(namespace, args.key, refresh_ttl=False)
     assert item is not None
     out(json.dumps(item.to_dict(), ensure_ascii=False) if args.json else f"put {_show(item)}")
 
 
-def _get(args: argparse.Namespace, store: Store, out: Callable[..., Any]) -> None:
+def _get(args: argparse.Namespace, store: Store, out: Output) -> None:
     namespace = _namespace(args.namespace)
-    item = store.get(namespace, args.key)
+    item = store.get(namespace, args.key, refresh_ttl=False)
     if item is None:
         raise StoreInputError(f"No item with key {args.key!r} in namespace {namespace!r}.")
     out(json.dumps(item.to_dict(), ensure_ascii=False) if args.json else _show(item))
 
 
-def _search(args: argparse.Namespace, store: Store, out: Callable[..., Any]) -> None:
+def _search(args: argparse.Namespace, store: Store, out: Output) -> None:
     found = store.search(
         _namespace(args.prefix),
         query=args.query,
         filter=_json_object(args.filter, "--filter") if args.filter else None,
         limit=args.limit,
         offset=args.offset,
+        refresh_ttl=False,
     )
     if args.json:
         out(json.dumps([item.to_dict() for item in found], ensure_ascii=False))
@@ -98,14 +86,14 @@ def _search(args: argparse.Namespace, store: Store, out: Callable[..., Any]) -> 
             out(_show(item))
 
 
-def _delete(args: argparse.Namespace, store: Store, out: Callable[..., Any]) -> None:
+def _delete(args: argparse.Namespace, store: Store, out: Output) -> None:
     namespace = _namespace(args.namespace)
     if not store.delete(namespace, args.key):
         raise StoreInputError(f"No item with key {args.key!r} in namespace {namespace!r}.")
     out(json.dumps({"deleted": True}) if args.json else f"deleted {'.'.join(namespace)}  {args.key}")
 
 
-def _namespaces(args: argparse.Namespace, store: Store, out: Callable[..., Any]) -> None:
+def _namespaces(args: argparse.Namespace, store: Store, out: Output) -> None:
     found = store.list_namespaces(
         prefix=_namespace(args.prefix) if args.prefix else None,
         suffix=_namespace(args.suffix) if args.suffix else None,
@@ -120,57 +108,26 @@ def _namespaces(args: argparse.Namespace, store: Store, out: Callable[..., Any])
             out(".".join(namespace))
 
 
-def _run(action: Callable[[argparse.Namespace, Store, Callable[..., Any]], None]) -> Callable[..., None]:
-    def handler(args: argparse.Namespace, out: Callable[..., Any] = print) -> None:
-        with open_store(args.db, args.schema, create=action is _put) as store:
-            action(args, store, out)
+#: Each action, with how it uses the database.
+ACTIONS: dict[str, tuple[Callable[[argparse.Namespace, Store, Output], None], Access]] = {
+    "put": (_put, "create"),
+    "get": (_get, "read"),
+    "search": (_search, "read"),
+    "delete": (_delete, "write"),
+    "namespaces": (_namespaces, "read"),
+}
 
-    return handler
 
-
-def add_store_commands(subparsers: Any) -> argparse.ArgumentParser:
+def run(args: argparse.Namespace, out: Output = print) -> None:
     """
-    Add the ``store`` command and its sub-commands (``put``, ``get``, ``search``, ``delete``, ``namespaces``).
+    Run a parsed ``store`` action on the store of ``--db``.
 
-    :param subparsers: What ``parser.add_subparsers()`` returned.
-    :returns: The ``store`` parser.
+    :param args: The parsed arguments (``store_command`` names the action).
+    :param out: Where to print.
+    :raises CliError: For a database that cannot be used (missing, read-only, without a store).
+    :raises StoreInputError: For bad input, or an item that is not there.
     """
-    command: argparse.ArgumentParser = subparsers.add_parser("store", help="read and edit a long-term memory store")
-    actions = command.add_subparsers(dest="store_command", required=True, metavar="ACTION")
-    db = argparse.ArgumentParser(add_help=False)
-    db.add_argument("--db", required=True, metavar="PATH|URL", help="a SQLite file or a postgresql:// URL")
-    db.add_argument("--schema", default="public", help="the PostgreSQL schema (default: public)")
-
-    put = actions.add_parser("put", parents=[db], help="store a JSON object under a namespace and key")
-    put.add_argument("namespace", metavar="NAMESPACE", help="dotted, for example users.u1.memories")
-    put.add_argument("key", metavar="KEY")
-    put.add_argument("value", metavar="VALUE", help="a JSON object")
-    put.add_argument("--ttl", type=float, metavar="SECONDS", help="expire the item after this long")
-    put.set_defaults(handler=_run(_put))
-
-    get = actions.add_parser("get", parents=[db], help="print one item")
-    get.add_argument("namespace", metavar="NAMESPACE")
-    get.add_argument("key", metavar="KEY")
-    get.set_defaults(handler=_run(_get))
-
-    search = actions.add_parser("search", parents=[db], help="search items under a namespace prefix")
-    search.add_argument("prefix", nargs="?", default="", metavar="PREFIX", help="dotted (default: every namespace)")
-    search.add_argument("--query", metavar="TEXT", help="rank by relevance to this text")
-    search.add_argument("--filter", metavar="JSON", help='equality or operators: {"kind": "note", "n": {"$gt": 1}}')
-    search.add_argument("--limit", type=int, default=10, metavar="N")
-    search.add_argument("--offset", type=int, default=0, metavar="N")
-    search.set_defaults(handler=_run(_search))
-
-    delete = actions.add_parser("delete", parents=[db], help="delete one item")
-    delete.add_argument("namespace", metavar="NAMESPACE")
-    delete.add_argument("key", metavar="KEY")
-    delete.set_defaults(handler=_run(_delete))
-
-    namespaces = actions.add_parser("namespaces", parents=[db], help="list the namespaces that hold items")
-    namespaces.add_argument("--prefix", metavar="PREFIX")
-    namespaces.add_argument("--suffix", metavar="SUFFIX")
-    namespaces.add_argument("--max-depth", type=int, metavar="N")
-    namespaces.add_argument("--limit", type=int, default=100, metavar="N")
-    namespaces.add_argument("--offset", type=int, default=0, metavar="N")
-    namespaces.set_defaults(handler=_run(_namespaces))
-    return command
+    action, access = ACTIONS[args.store_command]
+    command = f"'haystack-state store {args.store_command}'"
+    with open_store(args.db, schema=args.schema, access=access, command=command) as store:
+        action(args, store, out)

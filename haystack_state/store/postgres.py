@@ -30,7 +30,8 @@ from haystack.core.errors import SerializationError
 from haystack.utils import Secret
 
 from haystack_state.errors import StoreError
-from haystack_state.migrations import migrate_postgres
+from haystack_state.migrations import migrate_postgres, postgres_version
+from haystack_state.persistence.postgres import read_only_conninfo
 from haystack_state.store import ops
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
@@ -113,21 +114,30 @@ class PostgresStore(Store):
     :param conninfo: A libpq connection string or URL (``"postgresql://user@host/db"``), or a ``Secret`` holding one.
     :param schema: The schema holding the table (created if missing); it may be a checkpointer's.
     :param max_connections: The size of each pool the store opens (one for sync calls, one per event loop).
+    :param read_only: Read an existing store only: nothing is created or migrated, and the store's sessions are
+        read-only (``default_transaction_read_only``). The schema must hold this version's store table.
     :param kwargs: The settings of :class:`~haystack_state.store.base.Store` (``index``, ``embedder``,
         ``default_ttl``).
     """
 
     def __init__(
-        self, conninfo: str | Secret, *, schema: str = "public", max_connections: int = 4, **kwargs: Any
+        self,
+        conninfo: str | Secret,
+        *,
+        schema: str = "public",
+        max_connections: int = 4,
+        read_only: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._conninfo = conninfo
         self._schema = schema
         self._max_connections = max_connections
+        self._read_only = read_only
         dsn = conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo
         if not isinstance(dsn, str):
             raise ValueError("PostgresStore: conninfo must be a connection string or a Secret holding one.")
-        self._dsn: str = dsn
+        self._dsn: str = read_only_conninfo(dsn) if read_only else dsn
         self._names = {
             "items": sql.Identifier(schema, "haystack_state_store"),
             "migrations": sql.Identifier(schema, "haystack_state_store_migrations"),
@@ -146,7 +156,10 @@ class PostgresStore(Store):
         }
         try:
             with psycopg.connect(self._dsn, autocommit=True) as conn:
-                self._migrate(conn)
+                if read_only:
+                    self._check_version(conn)
+                else:
+                    self._migrate(conn)
         except psycopg.Error as error:
             raise StoreError(f"PostgresStore: cannot open the store in schema '{schema}': {error}") from error
         self._pool = ConnectionPool(
@@ -163,6 +176,8 @@ class PostgresStore(Store):
         :raises SerializationError: For a conninfo string with a password.
         """
         params: dict[str, Any] = {"schema": self._schema, "max_connections": self._max_connections}
+        if self._read_only:
+            params["read_only"] = True
         if isinstance(self._conninfo, Secret):
             params["conninfo"] = self._conninfo.to_dict()
         else:
@@ -259,6 +274,22 @@ class PostgresStore(Store):
         """Apply the pending migrations (see :func:`haystack_state.migrations.migrate_postgres`)."""
         schema = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
         migrate_postgres(conn, f"haystack_state_store:{self._schema}", schema, self._q, MIGRATIONS, self._newer_schema)
+
+    def _check_version(self, conn: psycopg.Connection[Any]) -> None:
+        """For a read-only store: the schema must hold this version's table (it cannot be migrated)."""
+        current = postgres_version(conn, self._schema, "haystack_state_store_migrations", self._q)
+        if current is None:
+            raise StoreError(f"The schema '{self._schema}' does not exist; a read-only PostgresStore creates nothing.")
+        if current == 0:
+            raise StoreError(
+                f"The schema '{self._schema}' holds no store (it has no haystack_state_store table); a read-only "
+                "PostgresStore creates nothing."
+            )
+        if current != len(MIGRATIONS):
+            raise StoreError(
+                f"The store's schema '{self._schema}' is at version {current}, and this haystack-state reads version "
+                f"{len(MIGRATIONS)}; a read-only PostgresStore cannot migrate it (open it once without read_only)."
+            )
 
     def _newer_schema(self, current: int, supported: int) -> StoreError:
         return StoreError(

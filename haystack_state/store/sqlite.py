@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from haystack_state.errors import StoreError
-from haystack_state.migrations import migrate_sqlite
+from haystack_state.migrations import migrate_sqlite, sqlite_version
+from haystack_state.persistence.sqlite import connect_read_only
 from haystack_state.store import ops
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
@@ -90,14 +91,17 @@ class SQLiteStore(Store):
 
     :param path: The database file (created if missing; it may be a checkpointer's), or ``":memory:"``.
     :param timeout: How long a writer waits for another process's lock, in seconds.
+    :param read_only: Open an existing file read-only (nothing is created or migrated; writes fail; see
+        :func:`~haystack_state.persistence.sqlite.connect_read_only`). It must hold this version's store tables.
     :param kwargs: The settings of :class:`~haystack_state.store.base.Store` (``index``, ``embedder``,
         ``default_ttl``).
     """
 
-    def __init__(self, path: str | Path, *, timeout: float = 30.0, **kwargs: Any) -> None:
+    def __init__(self, path: str | Path, *, timeout: float = 30.0, read_only: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._path = str(path)
         self._timeout = timeout
+        self._read_only = read_only
         self._pool_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
@@ -106,8 +110,11 @@ class SQLiteStore(Store):
         self._executor: ThreadPoolExecutor | None = None
         try:
             with self._connection() as conn:
-                conn.execute("PRAGMA journal_mode=WAL")
-                _migrate(conn)
+                if read_only:
+                    _check_version(conn, self._path)
+                else:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    _migrate(conn)
         except sqlite3.DatabaseError as exc:
             self._close()
             raise StoreError(f"SQLiteStore: '{self._path}' cannot be used as a database: {exc}.") from exc
@@ -117,7 +124,10 @@ class SQLiteStore(Store):
 
     def init_parameters(self) -> dict[str, Any]:
         """The file's path and the settings: what rebuilds this store on the same database."""
-        return {"path": self._path, "timeout": self._timeout, **self._common_parameters()}
+        params: dict[str, Any] = {"path": self._path, "timeout": self._timeout}
+        if self._read_only:
+            params["read_only"] = True
+        return {**params, **self._common_parameters()}
 
     # --- connections --------------------------------------------------------------------------------------------
 
@@ -129,8 +139,13 @@ class SQLiteStore(Store):
             with self._pool_lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                conn = sqlite3.connect(self._path, timeout=self._timeout, check_same_thread=False, isolation_level=None)
-                conn.execute("PRAGMA synchronous=NORMAL")
+                if self._read_only:
+                    conn = connect_read_only(self._path, timeout=self._timeout)
+                else:
+                    conn = sqlite3.connect(
+                        self._path, timeout=self._timeout, check_same_thread=False, isolation_level=None
+                    )
+                    conn.execute("PRAGMA synchronous=NORMAL")
                 with self._pool_lock:
                     self._all.append(conn)
             try:
@@ -265,6 +280,20 @@ class SQLiteStore(Store):
         """Borrow a connection of the pool (for maintenance and tests); do not keep it."""
         with self._connection() as conn:
             yield conn
+
+
+def _check_version(conn: sqlite3.Connection, path: str) -> None:
+    """For a read-only open: the file must hold this version's store tables (it cannot be migrated)."""
+    current = sqlite_version(conn, MIGRATIONS_TABLE)
+    if current == 0:
+        raise StoreError(
+            f"SQLiteStore: '{path}' holds no store (it has no {ITEMS} table); a read-only open creates none."
+        )
+    if current != len(MIGRATIONS):
+        raise StoreError(
+            f"SQLiteStore: '{path}' is at store schema version {current}, and this haystack-state reads version "
+            f"{len(MIGRATIONS)}; a read-only file cannot be migrated (open it once writable to migrate it)."
+        )
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
