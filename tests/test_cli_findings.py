@@ -224,8 +224,9 @@ def test_as_an_unprivileged_user(capsys: pytest.CaptureFixture[str]) -> None:
     if os.geteuid() != 0 or setpriv is None:
         pytest.skip("needs root and setpriv to run as nobody (without root, the chmod tests see real permissions)")
     as_nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
-    if subprocess.run([*as_nobody, "-c", "import haystack_state_cli"], env=ENV, capture_output=True).returncode:
-        pytest.skip("nobody cannot run this interpreter or import the project")
+    # (CI's virtual environment lives in a directory only root may enter: then nobody cannot import haystack)
+    if subprocess.run([*as_nobody, "-c", "import haystack_state"], env=ENV, capture_output=True).returncode:
+        pytest.skip("nobody cannot run this interpreter or import the project and haystack")
     folder = Path(tempfile.mkdtemp(prefix="hs-cli-"))
     try:
         folder.chmod(0o755)  # root's: nobody may read it, not write in it
