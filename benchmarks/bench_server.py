@@ -2,8 +2,8 @@
 What the Agent Protocol server costs: runs per second and per-run latency through HTTP (``POST
 /threads/{id}/runs/wait`` from 50 concurrent clients, LangGraph's SDK's endpoint) next to calling
 ``Agent.run_async`` directly in-process with the same concurrency, on the same agent and the same SQLite database;
-and the same runs through ``runs/stream`` with the ``values``, ``updates`` and ``messages`` modes (the client reads
-every event; the model streams its reply in chunks).
+and the same runs through ``runs/stream`` with the ``values``, ``updates`` and ``messages-tuple`` modes (the client
+reads every event; the model streams its reply in chunks).
 
 The model answers in text after 50 ms (``asyncio.sleep`` in ``run_async``, ``time.sleep`` in ``run``), so a run is
 one model call and two checkpoint commits (the input, the reply). The server runs in a process of its own (as
@@ -122,7 +122,7 @@ async def through_http(url: str, runs: int) -> tuple[float, list[float]]:
 
 
 async def through_http_stream(url: str, runs: int) -> tuple[float, list[float]]:
-    """``runs/stream`` (values, updates, messages) with ``CLIENTS`` concurrent clients, reading every event."""
+    """``runs/stream`` (values, updates, messages-tuple) with ``CLIENTS`` concurrent clients, reading every event."""
     latencies: list[float] = []
     queue = list(range(runs))
     limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
@@ -135,7 +135,7 @@ async def through_http_stream(url: str, runs: int) -> tuple[float, list[float]]:
                 body = {
                     "assistant_id": "agent",
                     "input": {"messages": [{"type": "human", "content": f"hi {index}"}]},
-                    "stream_mode": ["values", "updates", "messages"],
+                    "stream_mode": ["values", "updates", "messages-tuple"],
                 }
                 started = time.perf_counter()
                 try:
@@ -248,7 +248,7 @@ def main() -> None:
         f"throughput {served['runs/s'] / base['runs/s']:.2f}x of in-process"
     )
     print(
-        f"streamed (values, updates, messages): p50 {streamed['p50'] - base['p50']:+.1f} ms, "
+        f"streamed (values, updates, messages-tuple): p50 {streamed['p50'] - base['p50']:+.1f} ms, "
         f"p99 {streamed['p99'] - base['p99']:+.1f} ms over in-process; "
         f"throughput {streamed['runs/s'] / base['runs/s']:.2f}x of in-process"
     )

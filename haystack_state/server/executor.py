@@ -1,7 +1,7 @@
 """
-How a run is executed: a :class:`RunExecutor` runs one job and emits its stream events (``values``, ``updates``,
-``messages``, ``custom``, ``events``, ``error``) as it goes. The run queue (:mod:`haystack_state.server.runs`) decides
-when and where; the executor only runs.
+How a run is executed: a :class:`RunExecutor` runs one job and emits its stream events (those of the stream modes
+asked for, see :mod:`haystack_state.server.streams`, and ``error``) as it goes. The run queue
+(:mod:`haystack_state.server.runs`) decides when and where; the executor only runs.
 
 :class:`AgentExecutor` follows the Agent's live event stream (``Agent.stream_async``) on the event loop (the model
 calls are awaited, so many runs share one loop) and turns each event into the stream modes the client asked for
@@ -298,14 +298,12 @@ class AgentExecutor:
             return
         async for event in _chain(first, events):
             if isinstance(event, RunStarted) and translator.needs_start_values:
-                start = event.checkpoint_id
-                translator.start(
-                    snapshot_values(
-                        await agent.get_state_async(thread_id, start), system_prompt=translator.system_prompt
-                    )
-                    if start
-                    else {}
-                )
+                if event.checkpoint_id:
+                    snapshot = await agent.get_state_async(thread_id, event.checkpoint_id)
+                    values = snapshot_values(snapshot, system_prompt=translator.system_prompt)
+                    translator.start(values, snapshot.checkpoint.step)
+                else:
+                    translator.start({})
             for name, data in translator.translate(event):
                 await emit(name, data)
             if translator.started:

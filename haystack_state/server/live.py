@@ -1,32 +1,67 @@
 """
 A run executing in this process, as its followers see it: :class:`LiveRun` keeps its stream events (so that late
-and returning followers get them all, from the first), its end, and the switch that cancels it.
+and returning followers get them all, from the first or from the one after the last they saw), its end, and the
+switch that cancels it.
+
+Every event of a run has an id, ``"{attempt}-{seq}"``: the attempt of the run that made it and its number in the run.
+Numbers count from 0 and go on across attempts (a resumed run's later attempt numbers its events after those its
+earlier attempts relayed through the database), and the database relay keeps both, so a client that sends the last
+id it saw (``Last-Event-ID``) resumes after that event from any process. Ids order as ``(attempt, seq)``: a later
+attempt's events all come after every event of an earlier one, even those the client saw from a process that died
+before relaying them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 from haystack_state.server.executor import RunOutcome
 
-__all__ = ["Event", "LiveRun"]
+__all__ = ["Cursor", "Event", "LiveRun", "Sent", "event_id", "parse_event_id"]
 
 Event = tuple[str, Any]
 """A stream event: ``(SSE event name, JSON data)``."""
+Sent = tuple[str | None, str, Any]
+"""A stream event as sent: ``(its id, or None for a run's end summarised without one; name; data)``."""
+Cursor = tuple[int, int]
+"""Where a follower is in a run's events: the ``(attempt, seq)`` of the last event it saw."""
+
+
+def event_id(attempt: int, seq: int) -> str:
+    """The id of a run's event ``seq`` made by attempt ``attempt``."""
+    return f"{attempt}-{seq}"
+
+
+def parse_event_id(text: str) -> Cursor:
+    """
+    The cursor a ``Last-Event-ID`` names.
+
+    :raises ValueError: If it is not an id this server sent (``"{attempt}-{seq}"``).
+    """
+    attempt, separator, seq = text.strip().partition("-")
+    if not separator or not attempt.isdigit() or not seq.isdigit() or int(attempt) < 1:
+        raise ValueError(f"'{text}' is not an event id of this server (ATTEMPT-SEQ, as in '1-7')")
+    return int(attempt), int(seq)
 
 
 class LiveRun:
     """
     The events of a run executing in this process, kept so that late and returning followers get them all, and
     the switch that cancels it.
+
+    :param run_id: The run.
+    :param attempt: The run's attempt that executes here.
+    :param thread_id: Its thread (None for a stateless run).
     """
 
-    def __init__(self, run_id: str, attempt: int = 1) -> None:
+    def __init__(self, run_id: str, attempt: int = 1, thread_id: str | None = None) -> None:
         self.run_id = run_id
-        #: The run's attempt that executes here, and the number its first relayed event takes (after the events
-        #: its earlier attempts relayed).
+        self.thread_id = thread_id
+        #: The run's attempt that executes here, and the number its first event takes (after the events its earlier
+        #: attempts relayed).
         self.attempt = attempt
         self.seq_base = 0
         self.events: list[Event] = []
@@ -64,26 +99,41 @@ class LiveRun:
         new, self._new = self._new, asyncio.Event()
         new.set()
 
-    async def follow(self, names: set[str] | None = None) -> AsyncIterator[Event]:
+    def _first(self, after: Cursor | None) -> int:
+        """The index of the first event after ``after`` (past the end for a cursor of a later attempt)."""
+        if after is None:
+            return 0
+        attempt, seq = after
+        if attempt < self.attempt:  # every event of this attempt comes after it
+            return 0
+        if attempt > self.attempt:
+            return sys.maxsize
+        return max(0, seq - self.seq_base + 1)
+
+    async def follow(self, names: set[str] | None = None, after: Cursor | None = None) -> AsyncIterator[Sent]:
         """
-        Every event from the first, then the new ones as they come, until the run ends.
+        The events from the first (or the one after ``after``), then the new ones as they come, until the run ends.
 
         :param names: Only events of these names (and errors); all of them if None. When ``values`` is asked for and
-            the run streamed none (it streams its end only), its final values come last.
+            the run streamed none (it streams its end only), its final values come last, numbered as the next event.
+        :param after: The last event the follower saw, if it comes back.
         """
-        index = 0
-        sent_values = False
+        index = self._first(after)
         while True:
             while index < len(self.events):
-                event = self.events[index]
+                name, data = self.events[index]
                 index += 1
-                if names is None or event[0] in names or event[0] == "error":
-                    sent_values = sent_values or event[0] == "values"
-                    yield event
+                if names is None or name in names or name == "error":
+                    yield event_id(self.attempt, self.seq_base + index - 1), name, data
             if self.done.is_set():
                 break
             await self._new.wait()
         outcome = self.outcome
-        wants_values = names is None or "values" in names
-        if wants_values and not sent_values and outcome is not None and outcome.values is not None:
-            yield "values", outcome.values
+        if (
+            (names is None or "values" in names)
+            and outcome is not None
+            and outcome.values is not None
+            and index <= len(self.events)  # (the follower did not see it already)
+            and all(name != "values" for name, _ in self.events)
+        ):
+            yield event_id(self.attempt, self.seq_base + len(self.events)), "values", outcome.values

@@ -125,13 +125,6 @@ class RunCreate(_Body):
     def _no_delay(cls, value: Any) -> Any:
         return _unsupported(value, "after_seconds (scheduled runs)")
 
-    @field_validator("multitask_strategy")
-    @classmethod
-    def _strategy(cls, value: str) -> str:
-        if value not in ("reject", "enqueue"):
-            raise ValueError(f"multitask_strategy '{value}' is not supported yet; use 'reject' or 'enqueue'")
-        return value
-
     @field_validator("stream_mode")
     @classmethod
     def _modes(cls, value: str | list[str]) -> list[str]:

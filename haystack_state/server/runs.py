@@ -14,11 +14,17 @@ clients wait for a run or follow its events, wherever it executes.
   attempt, and its checkpoints only under the thread's lease, so a worker that stopped and wakes later writes
   nothing. A tool call in flight when a worker died runs again (at least once).
 - A run executing here keeps its events in memory while it runs (and a little after), so clients that join it, or
-  come back after a disconnect, get every event from the start, in the stream modes they ask for (among the run's).
-  A run executing in another process is followed through the database: its final values are sent when it ends
-  (``values``; its other modes are not relayed between processes).
+  come back after a disconnect, get every event from the start, or from the one after the last they saw
+  (``Last-Event-ID``; see :mod:`haystack_state.server.live` for the ids), in the stream modes they ask for (among the
+  run's). A run executing in another process is followed through the database: the follower asks for its events on
+  the run's row, and the worker that runs it writes them all, from the first, under the same ids (it polls the
+  request, and writes the rest before it records the run's end). A follower that comes after the run ended gets what
+  was relayed, then the run's end (its final values, or its error) if none came.
 - A run is cancelled at once if it executes here; otherwise a cancel request is written on its row, which the worker
   that runs it polls. ``action="rollback"`` also restores the thread to where the run started and deletes the run.
+  A new run with ``multitask_strategy="interrupt"`` or ``"rollback"`` cancels its thread's runs that way (the queue
+  writes the requests in the transaction that adds it; see ``ServerStorage.create_run``) and starts, in whichever
+  process claims it, once the cancelled run has stopped.
 """
 
 from __future__ import annotations
@@ -42,13 +48,13 @@ from haystack_state.errors import CheckpointError, ThreadNotFoundError
 from haystack_state.server.assistants import Assistant, Assistants
 from haystack_state.server.cancelling import CANCEL_ACTIONS, close_cancelled_run, rollback_thread
 from haystack_state.server.executor import RunExecutor, RunJob, RunOutcome, error_payload
-from haystack_state.server.live import Event, LiveRun
+from haystack_state.server.live import Cursor, Event, LiveRun, Sent, event_id
 from haystack_state.server.storage import RunRecord, ServerStorage, now_text
 from haystack_state.server.streams import event_names
 from haystack_state.server.views import values_view
 from haystack_state.server.wire import values_from_wire
 
-__all__ = ["AtCapacity", "Event", "LiveRun", "RunManager", "job_from_kwargs", "new_run"]
+__all__ = ["AtCapacity", "Cursor", "Event", "LiveRun", "RunManager", "Sent", "job_from_kwargs", "new_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +189,7 @@ class RunManager:
                 self._launch(stored)
             else:
                 self._slots -= 1
+                self._cancel_here(stored)
             return stored
         stored = await self.db(
             lambda: self.storage.create_run(
@@ -190,8 +197,20 @@ class RunManager:
             ),
             write=True,
         )
+        self._cancel_here(stored)
         self._notify()
         return stored
+
+    def _cancel_here(self, run: RunRecord) -> None:
+        """
+        For a new run of ``multitask_strategy`` ``interrupt`` or ``rollback``: stop at once its thread's run that
+        executes here (the queue wrote the cancel request; a worker elsewhere polls it).
+        """
+        if run.multitask_strategy not in CANCEL_ACTIONS:
+            return
+        for live in self._live.values():
+            if live.thread_id == run.thread_id and live.run_id != run.run_id and not live.done.is_set():
+                live.cancel(run.multitask_strategy)
 
     async def run_stateless(self, job: RunJob) -> LiveRun:
         """
@@ -226,7 +245,7 @@ class RunManager:
         stale = self._tasks.get(run.run_id)
         if stale is not None:  # an earlier attempt of this run, here, whose lease expired: it can write nothing now
             stale.cancel()
-        live = self._live[run.run_id] = LiveRun(run.run_id, attempt=run.attempt)
+        live = self._live[run.run_id] = LiveRun(run.run_id, attempt=run.attempt, thread_id=run.thread_id)
         task = asyncio.get_running_loop().create_task(self._execute(run, live), name=f"run-{run.run_id}")
         self._tasks[run.run_id] = task
         task.add_done_callback(
@@ -448,40 +467,77 @@ class RunManager:
                 return await self.final_event(current)
             await asyncio.sleep(self.poll_interval)
 
-    async def events(self, run: RunRecord, modes: list[str] | None = None) -> AsyncIterator[Event]:
+    async def events(
+        self, run: RunRecord, modes: list[str] | None = None, after: Cursor | None = None
+    ) -> AsyncIterator[Sent]:
         """
-        The run's stream events, in ``modes`` (the run's own modes if None), from its first: live if it executes
-        here, else relayed through the database by the process that runs it (see the module docstring). When
-        ``values`` is asked for and none came, the thread's values at the run's end come last.
+        The run's stream events, in ``modes`` (the run's own modes if None), with their ids, from its first (or the
+        one after ``after``): live if it executes here, else relayed through the database by the process that runs
+        it (see the module docstring). When ``values`` is asked for and none came, the thread's values at the run's
+        end come last.
         """
         names = event_names(modes if modes is not None else run.kwargs.get("stream_mode") or ["values"])
-        after, asked, sent = -1, 0, set()
+        cursor, asked = after, 0
         while True:
             live = self._live.get(run.run_id)
             if live is not None:
-                async for event in live.follow(names):
-                    yield event
+                if cursor is not None and cursor[0] < live.attempt:  # first what its earlier attempts relayed
+                    async for position, sent in self._relayed(run.run_id, names, cursor, before=live.attempt):
+                        cursor = position
+                        if sent is not None:
+                            yield sent
+                async for sent in live.follow(names, cursor):
+                    yield sent
                 return
             current = await self.db(lambda: self.storage.get_run(run.run_id))
             if current is None:
-                yield "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
+                yield None, "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
                 return
             if current.status == "running" and asked != current.attempt:  # (asked again of a resumed run's worker)
                 await self.db(lambda: self.storage.request_relay(run.run_id), write=True)
                 asked = current.attempt
-            while rows := await self.db(functools.partial(self.storage.relayed_events, run.run_id, after)):
-                for seq, name, data in rows:
-                    after = seq
-                    if name in names or name == "error":
-                        sent.add(name)
-                        yield name, json.loads(data)
+            async for position, sent in self._relayed(run.run_id, names, cursor or (0, -1)):
+                cursor = position
+                if sent is not None:
+                    yield sent
             if current.done:
-                if "error" not in sent and ("values" not in sent or current.status == "error"):
-                    final = await self.final_event(current)
-                    if final[0] in names or final[0] == "error":
-                        yield final
+                final = await self._relayed_final(current, names, cursor)
+                if final is not None:
+                    yield final
                 return
             await asyncio.sleep(self.poll_interval)
+
+    async def _relayed(
+        self, run_id: str, names: set[str], after: Cursor, *, before: int | None = None
+    ) -> AsyncIterator[tuple[Cursor, Sent | None]]:
+        """
+        A run's relayed events after ``after`` (those of its attempts before ``before`` only, if given): for each,
+        the follower's new position, and the event if it is in ``names`` (or an error).
+        """
+        cursor = after
+        while rows := await self.db(functools.partial(self.storage.relayed_events, run_id, cursor)):
+            for attempt, seq, name, data in rows:
+                if before is not None and attempt >= before:
+                    return
+                cursor = (attempt, seq)
+                wanted = name in names or name == "error"
+                yield cursor, ((event_id(attempt, seq), name, json.loads(data)) if wanted else None)
+
+    async def _relayed_final(self, run: RunRecord, names: set[str], cursor: Cursor | None) -> Sent | None:
+        """
+        The end of a finished run followed through the database, unless its relayed events carried it: its final
+        values (if asked for) or its error. Numbered after its last relayed event; without an id if it relayed none
+        (it ended before a follower asked, so the events it made are not known here).
+        """
+        last, relayed_values, relayed_error = await self.db(lambda: self.storage.relayed_end(run.run_id, run.attempt))
+        if relayed_error or (run.status != "error" and (relayed_values or "values" not in names)):
+            return None
+        name, data = await self.final_event(run)
+        if last is None:
+            return None, name, data
+        if cursor is not None and cursor >= (run.attempt, last + 1):
+            return None
+        return event_id(run.attempt, last + 1), name, data
 
     async def final_event(self, run: RunRecord) -> Event:
         """A finished run's last event: the thread's values now, or the run's error."""

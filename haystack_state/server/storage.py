@@ -79,6 +79,8 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # 3: which attempt of a run its worker executes (a run whose worker stopped is resumed by another, up to the
     # server's max_attempts); the worker and the attempt together fence what a worker writes about a run.
     ("ALTER TABLE {runs} ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",),
+    # 4: which attempt of a run made each relayed event (its id is ``attempt-seq``, the same in every process).
+    ("ALTER TABLE {run_events} ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",),
 ]
 
 _THREAD_COLUMNS = "t.thread_id, t.owner, t.assistant_id, t.metadata, t.status, t.created_at, t.updated_at"
@@ -142,7 +144,7 @@ class RunRecord:
     :param assistant_id: The assistant that runs it.
     :param owner: The user who created it.
     :param status: ``pending``, ``running``, ``success``, ``error``, ``timeout`` or ``interrupted``.
-    :param multitask_strategy: ``reject`` or ``enqueue``.
+    :param multitask_strategy: ``reject``, ``enqueue``, ``interrupt`` or ``rollback``.
     :param kwargs: What the run does (input, command, checkpoint id, stream modes, ...), as JSON data.
     :param metadata: Free-form metadata.
     :param error: What went wrong, for a failed run.
@@ -392,6 +394,11 @@ class ServerStorage:
         running and its thread is free, else pending. The thread's metadata gets the run's ``assistant_id`` and
         ``graph_id``, as LangGraph's platform stamps them (so that clients list a graph's conversations by them).
 
+        With ``multitask_strategy="interrupt"`` or ``"rollback"``, the thread's other runs are cancelled in the same
+        transaction, as LangGraph's platform cancels them: its pending runs leave the queue (``interrupted``, or
+        deleted for ``rollback``), and its running run gets a cancel request of that action, which its worker polls;
+        the new run waits in the queue until that run has stopped.
+
         :raises ThreadBusy: With ``multitask_strategy="reject"``, if the thread has a pending or running run; with
             ``"enqueue"``, never (the run waits its turn). Nothing is written then.
         :raises QueueFull: If ``max_pending`` runs are pending already.
@@ -404,8 +411,11 @@ class ServerStorage:
             if active and run.multitask_strategy == "reject":
                 raise ThreadBusy(
                     f"Thread '{run.thread_id}' is busy with run {active[0][0]} ({active[0][1]}); retry when it ends, "
-                    "or send multitask_strategy='enqueue' to queue this run behind it."
+                    "or send multitask_strategy='enqueue' to queue this run behind it (or 'interrupt' or 'rollback' "
+                    "to cancel it)."
                 )
+            if active and run.multitask_strategy in ("interrupt", "rollback"):
+                active = _cancel_for(cur, active, run)
             if max_pending is not None:
                 pending = int(cur.rows("SELECT COUNT(*) FROM {runs} WHERE status = 'pending'")[0][0])
                 if pending >= max_pending:
@@ -630,19 +640,42 @@ class ServerStorage:
                 return
             for offset, (event, data) in enumerate(events):
                 cur.change(
-                    "INSERT INTO {run_events} (run_id, seq, event, data) VALUES (:id, :seq, :event, :data)",
-                    {"id": run_id, "seq": first_seq + offset, "event": event, "data": data},
+                    "INSERT INTO {run_events} (run_id, seq, attempt, event, data) "
+                    "VALUES (:id, :seq, :attempt, :event, :data)",
+                    {"id": run_id, "seq": first_seq + offset, "attempt": attempt or 1, "event": event, "data": data},
                 )
 
-    def relayed_events(self, run_id: str, after: int, limit: int = 1000) -> list[tuple[int, str, str]]:
-        """A run's relayed events after number ``after``: ``(seq, event name, JSON data)``, in order."""
+    def relayed_events(
+        self, run_id: str, after: tuple[int, int] = (0, -1), limit: int = 1000
+    ) -> list[tuple[int, int, str, str]]:
+        """
+        A run's relayed events after the event ``after`` (``(attempt, seq)``; every event by default):
+        ``(attempt, seq, event name, JSON data)``, in order. Every event of a later attempt comes after those of an
+        earlier one.
+        """
+        attempt, seq = after
         with self.database.transaction(write=False) as cur:
             rows = cur.rows(
-                "SELECT seq, event, data FROM {run_events} WHERE run_id = :id AND seq > :after ORDER BY seq "
-                "LIMIT :limit",
-                {"id": run_id, "after": after, "limit": limit},
+                "SELECT attempt, seq, event, data FROM {run_events} WHERE run_id = :id "
+                "AND (attempt > :attempt OR (attempt = :attempt AND seq > :seq)) ORDER BY attempt, seq LIMIT :limit",
+                {"id": run_id, "attempt": attempt, "seq": seq, "limit": limit},
             )
-        return [(int(seq), str(event), str(data)) for seq, event, data in rows]
+        return [(int(made_by), int(number), str(event), str(data)) for made_by, number, event, data in rows]
+
+    def relayed_end(self, run_id: str, attempt: int) -> tuple[int | None, bool, bool]:
+        """
+        What one attempt of a run relayed: the number of its last event (None if none), and whether it relayed a
+        ``values`` and an ``error`` event.
+        """
+        with self.database.transaction(write=False) as cur:
+            rows = cur.rows(
+                "SELECT MAX(seq), MAX(CASE WHEN event = 'values' THEN 1 ELSE 0 END), "
+                "MAX(CASE WHEN event = 'error' THEN 1 ELSE 0 END) FROM {run_events} "
+                "WHERE run_id = :id AND attempt = :attempt",
+                {"id": run_id, "attempt": attempt},
+            )
+        last, values, error = rows[0] if rows else (None, 0, 0)
+        return (None if last is None else int(last)), bool(values), bool(error)
 
     def forget_relayed(self, before: str) -> int:
         """Delete the relayed events of runs that ended before ``before`` (ISO-8601). Returns how many."""
@@ -752,6 +785,35 @@ class ServerStorage:
 
 class QueueFull(CheckpointError):
     """The run queue holds its maximum of pending runs."""
+
+
+def _cancel_for(cur: Cursor, active: list[tuple[Any, ...]], run: RunRecord) -> list[tuple[Any, ...]]:
+    """
+    Cancel a thread's pending and running runs for a new run of ``multitask_strategy`` ``interrupt`` or
+    ``rollback`` (see :meth:`ServerStorage.create_run`). Returns the runs that are still running (until their worker
+    sees the request).
+    """
+    action, at = run.multitask_strategy, now_text()
+    running: list[tuple[Any, ...]] = []
+    for run_id, status in active:
+        params = {"id": run_id, "at": at, "action": action}
+        if status == "running":
+            cur.change(
+                "UPDATE {runs} SET cancel = CASE WHEN cancel = 'rollback' THEN cancel ELSE :action END, "
+                "updated_at = :at WHERE run_id = :id AND status = 'running'",
+                params,
+            )
+            running.append((run_id, status))
+        elif action == "rollback":
+            cur.change("DELETE FROM {runs} WHERE run_id = :id AND status = 'pending'", {"id": run_id})
+            cur.change("DELETE FROM {run_events} WHERE run_id = :id", {"id": run_id})
+        else:
+            cur.change(
+                "UPDATE {runs} SET status = 'interrupted', error = :error, updated_at = :at "
+                "WHERE run_id = :id AND status = 'pending'",
+                {**params, "error": f"cancelled before it started: run {run.run_id} interrupted the thread"},
+            )
+    return running
 
 
 def _dumps(value: Any) -> str:

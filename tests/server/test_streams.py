@@ -1,6 +1,6 @@
 """
 Stream modes, cancelling running runs and resuming, through LangGraph's own SDK against a real server, on SQLite and
-on PostgreSQL: ``values``, ``updates``, ``messages`` (and ``messages-tuple``), ``custom`` and ``events``, one at a time
+on PostgreSQL: ``values``, ``updates``, ``messages-tuple``, ``custom`` and ``events``, one at a time
 and several at once (v1 and v2 stream parts), joined streams, a client that disconnects and joins again, cancel with
 ``interrupt`` and ``rollback``, and ``command.resume`` over a stream.
 """
@@ -71,7 +71,9 @@ def test_updates_name_the_checkpoint_source(served: Served) -> None:
 def test_messages_stream_the_model_tokens(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
-    parts = list(client.runs.stream(thread_id, "agent", input=human("note a long cup of tea"), stream_mode="messages"))
+    parts = list(
+        client.runs.stream(thread_id, "agent", input=human("note a long cup of tea"), stream_mode="messages-tuple")
+    )
     pairs = [p.data for p in parts[1:]]
     assert {p.event for p in parts[1:]} == {"messages"}
     assert all(len(pair) == 2 for pair in pairs)
@@ -99,17 +101,18 @@ def test_messages_stream_the_model_tokens(served: Served) -> None:
 def test_several_modes_at_once(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
-    modes = ["values", "updates", "messages", "events"]
+    modes = ["values", "updates", "messages-tuple", "events"]
+    names = {"values", "updates", "messages", "events"}  # (messages-tuple's SSE event is "messages")
     parts = list(client.runs.stream(thread_id, "agent", input=human("hello"), stream_mode=modes))
     events = [p.event for p in parts]
-    assert events[0] == "metadata" and set(events[1:]) == set(modes)
+    assert events[0] == "metadata" and set(events[1:]) == names
     assert events.index("updates") < events.index("messages")  # the input's update comes before the model speaks
     assert events[-2:] == ["values", "events"]  # the answer's values, then the run's last event
     native = [p.data["type"] for p in parts if p.event == "events"]
     assert native[0] == "run_started" and native[-1] == "run_finished" and "checkpoint_committed" in native
     assert parts[-1].data["outputs"]["last_message"]["content"][0]["text"] == "echo: hello"
     v2 = list(client.runs.stream(thread_id, "agent", input=human("again"), stream_mode=modes, version="v2"))
-    assert {p["type"] for p in v2} == {"metadata", *modes}
+    assert {p["type"] for p in v2} == {"metadata", *names}
     last_values = [p for p in v2 if p["type"] == "values"][-1]
     assert last_values["ns"] == [] and last_values["interrupts"] == []
     assert contents(last_values["data"])[-1] == "echo: again"
@@ -119,9 +122,9 @@ def test_unsupported_modes_are_refused(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
     with pytest.raises(UnprocessableEntityError) as caught:
-        list(client.runs.stream(thread_id, "agent", input=human("x"), stream_mode=["values", "debug"]))
+        list(client.runs.stream(thread_id, "agent", input=human("x"), stream_mode=["values", "tools"]))
     assert caught.value.body["param"] == "stream_mode"
-    assert "['debug'] are not supported" in caught.value.body["detail"]
+    assert "['tools'] are not supported" in caught.value.body["detail"]
     assert client.runs.list(thread_id) == []  # nothing was queued
 
 
@@ -157,7 +160,7 @@ def test_join_a_background_run_in_some_of_its_modes(served: Served) -> None:
 def test_a_client_that_disconnects_can_join_again(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
-    body = {"assistant_id": "agent", "input": human("sleep 0.6"), "stream_mode": ["values", "messages"]}
+    body = {"assistant_id": "agent", "input": human("sleep 0.6"), "stream_mode": ["values", "messages-tuple"]}
     http = served.http()
     with http.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
         run_id = response.headers["content-location"].rsplit("/", 1)[1]

@@ -1,5 +1,6 @@
 """
-The pure parts of streaming and resuming: how Agent events become stream-mode events (``StreamTranslator``), and how
+The pure parts of streaming and resuming: how Agent events become stream-mode events (``StreamTranslator``: LangGraph's
+``messages`` accumulation and partial JSON, tasks that stop at an interrupt or fail), and how
 a ``command.resume`` value becomes ``Agent.resume``'s decisions and answers, including in-tool interrupts (answered
 by interrupt id) that the SDK tests cannot reach until the Agent raises them.
 """
@@ -11,7 +12,7 @@ import re
 from typing import Any
 
 import pytest
-from haystack.dataclasses import ChatMessage, StreamingChunk, ToolCall
+from haystack.dataclasses import ChatMessage, StreamingChunk, ToolCall, ToolCallDelta
 
 from haystack_state.agent.events import (
     AgentEvent,
@@ -20,10 +21,13 @@ from haystack_state.agent.events import (
     Interrupted,
     ModelChunk,
     ModelReply,
+    RunFailed,
     RunStarted,
     StateChanged,
+    ToolCallStarted,
 )
 from haystack_state.server.interrupts import interrupt_from_requests, resume_from_command
+from haystack_state.server.stream_messages import parse_partial_json
 from haystack_state.server.streams import StreamTranslator, event_names
 from haystack_state.server.wire import WireError
 
@@ -95,17 +99,91 @@ def test_messages_pair_chunks_and_whole_messages_with_metadata() -> None:
 
 
 def test_a_reply_that_did_not_stream_is_sent_whole() -> None:
-    translator = StreamTranslator(["messages"], run_id="r", thread_id=None)
+    translator = StreamTranslator(["messages-tuple"], run_id="r", thread_id=None)
     reply = ModelReply(**COMMON, seq=0, step=2, message=ChatMessage.from_assistant("all at once"))
     [(name, (message, meta))] = translator.translate(reply)
     assert (name, message["type"], message["content"], meta["langgraph_step"]) == ("messages", "ai", "all at once", 2)
+    lang = StreamTranslator(["messages"], run_id="r", thread_id=None)
+    [(first, metadata), (second, [whole])] = lang.translate(reply)
+    assert (first, second, whole["content"]) == ("messages/metadata", "messages/complete", "all at once")
+    assert metadata == {"run-r-2": {"metadata": meta}}
 
 
 def test_custom_and_native_events() -> None:
     assert [data for name, data in translate(["custom"])] == [{"name": "progress", "data": {"done": 1}}]
     native = translate(["events"])
     assert [data["type"] for _, data in native] == [e.type for e in events()]
-    assert event_names(["messages", "messages-tuple", "values"]) == {"messages", "values"}
+    assert event_names(["messages-tuple", "values"]) == {"messages", "values"}
+    assert event_names(["messages", "debug"]) == {"messages/metadata", "messages/partial", "messages/complete", "debug"}
+
+
+def test_partial_json_is_read_as_far_as_it_goes() -> None:
+    assert parse_partial_json('{"text": "a lo') == {"text": "a lo"}
+    assert parse_partial_json('{"a": 1, "b') == {"a": 1}
+    assert parse_partial_json('{"a": [1, {"b": ') == {"a": [1, {}]}
+    assert parse_partial_json('{"a": "x\\') == {"a": "x"}  # a dangling escape
+    assert parse_partial_json("") is None and parse_partial_json("}") is None
+
+
+def test_messages_mode_accumulates_a_reply_and_its_calls() -> None:
+    translator = StreamTranslator(["messages"], run_id="r", thread_id="t")
+    deltas = [('{"q"', "c9", "lookup"), (': "te', None, None), ('a"}', None, None)]
+    chunks = [StreamingChunk(content=text, index=0) for text in ("Let ", "me ", "look")] + [
+        StreamingChunk(
+            content="", index=1, tool_calls=[ToolCallDelta(index=0, tool_name=name, arguments=args, id=call_id)]
+        )
+        for args, call_id, name in deltas
+    ]
+    out = []
+    for n, chunk in enumerate(chunks):
+        out += translator.translate(ModelChunk(**COMMON, seq=n, step=1, chunk=chunk, message_id="m1"))
+    assert [name for name, _ in out] == ["messages/metadata"] + ["messages/partial"] * 6
+    partials = [data[0] for name, data in out[1:]]
+    assert [p["content"] for p in partials] == ["Let ", "Let me ", *["Let me look"] * 4]
+    assert [p["tool_calls"] for p in partials[:3]] == [[], [], []]
+    assert [p["tool_calls"][0]["args"] for p in partials[3:]] == [{}, {"q": "te"}, {"q": "tea"}]
+    assert partials[-1]["tool_call_chunks"] == [
+        {"name": "lookup", "args": '{"q": "tea"}', "id": "c9", "index": 0, "type": "tool_call_chunk"}
+    ]
+    assert partials[3]["tool_call_chunks"][0]["args"] == '{"q"'  # each event keeps its own copy
+
+
+def test_a_tool_interrupt_and_a_failure_end_their_tasks() -> None:
+    numbers = itertools.count()
+
+    def make(kind: type[AgentEvent], **fields: Any) -> AgentEvent:
+        return kind(**COMMON, seq=next(numbers), **fields)
+
+    call = ToolCall(tool_name="ask", arguments={}, id="c2")
+    question = {"id": "i1", "kind": "interrupt", "tool_name": "ask", "call_id": "c2", "value": "ok?"}
+    translator = StreamTranslator(["tasks"], run_id="r", thread_id="t")
+    translator.start({"messages": []}, 4)
+    run = [
+        make(RunStarted, checkpoint_id="cp0"),
+        make(ModelReply, step=1, message=ChatMessage.from_assistant(tool_calls=[call])),
+        make(CheckpointCommitted, checkpoint_id="cp1", step=5, source="model"),
+        make(ToolCallStarted, step=1, tool_name="ask", call_id="c2", arguments={}),
+        make(CheckpointCommitted, checkpoint_id="cp2", step=5, source="tools"),
+        make(Interrupted, requests=[question]),
+    ]
+    out = [data for event in run for _, data in translator.translate(event)]
+    assert [(t["id"], t["name"], "input" in t) for t in out] == [
+        ("cp0", "model", True),
+        ("cp0", "model", False),
+        ("cp1", "tools", True),
+        ("cp1", "tools", False),
+    ]
+    assert out[3]["interrupts"] == [{"id": "i1", "value": "ok?"}]  # its result waited for the interrupt
+    failing = StreamTranslator(["debug"], run_id="r", thread_id="t")
+    failing.start({}, 0)
+    failing.translate(make(RunStarted, checkpoint_id=None))
+    failing.translate(make(CheckpointCommitted, checkpoint_id="cp1", step=0, source="input"))
+    failed = failing.translate(make(RunFailed, error="the model is down", error_type="RuntimeError"))
+    assert [(d["type"], d["step"], d["payload"]["name"]) for _, d in failed] == [
+        ("task", 1, "model"),
+        ("task_result", 1, "model"),
+    ]
+    assert failed[1][1]["payload"]["error"] == "the model is down"
 
 
 # --- command.resume --------------------------------------------------------------------------------------------------

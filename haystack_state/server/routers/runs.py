@@ -6,7 +6,15 @@ A request is checked completely before anything is written (the assistant, the t
 against the agent's schema, a ``command.resume`` against the pending tool calls, a fork's checkpoint), then queued.
 Streams are Server-Sent Events in the format LangGraph's SDK reads: ``metadata`` first (``{"run_id", "attempt"}``),
 then the run's events in the stream modes asked for (see :mod:`haystack_state.server.streams`; ``error`` if it
-failed). ``runs/wait`` streams nothing while it runs: it waits for the thread's values at the end.
+failed), each with its id (``id: ATTEMPT-SEQ``, see :mod:`haystack_state.server.live`). A client that lost the stream
+joins it again with the last id it saw (``Last-Event-ID``, as ``langgraph-sdk``'s ``join_stream(last_event_id=...)``
+and its own reconnects, and browsers' ``EventSource``, send it): the stream resumes after that event, from any server
+process, without ``metadata``. ``runs/wait`` streams nothing while it runs: it waits for the thread's values at the
+end.
+
+``multitask_strategy`` decides what a run does on a busy thread: ``reject`` (409), ``enqueue`` (it waits its turn),
+``interrupt`` or ``rollback`` (the thread's runs are cancelled, as ``cancel`` with that action would, and it starts
+once the running one has stopped).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 
@@ -25,8 +33,9 @@ from haystack_state.server.assistants import Assistant
 from haystack_state.server.context import Server, ServerDep, UserDep
 from haystack_state.server.executor import RunJob, takes_answers
 from haystack_state.server.interrupts import pending_requests, resume_from_command, unfinished_policy_of
+from haystack_state.server.live import Cursor, Sent, parse_event_id
 from haystack_state.server.models import RunCreate
-from haystack_state.server.runs import Event, LiveRun, job_from_kwargs, new_run
+from haystack_state.server.runs import LiveRun, job_from_kwargs, new_run
 from haystack_state.server.storage import RunRecord
 from haystack_state.server.text import check_request
 from haystack_state.server.threads import head, not_found, owned_thread
@@ -151,15 +160,29 @@ def _json(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
-async def _sse(run_id: str, events: AsyncIterator[Event]) -> AsyncIterator[dict[str, str]]:
-    yield {"event": "metadata", "data": _json({"run_id": run_id, "attempt": 1})}
-    async for event, data in events:
-        yield {"event": event, "data": _json(data)}
+async def _sse(
+    run_id: str, events: AsyncIterator[Sent], *, attempt: int = 1, resumed: bool = False
+) -> AsyncIterator[dict[str, str]]:
+    if not resumed:
+        yield {"event": "metadata", "data": _json({"run_id": run_id, "attempt": attempt})}
+    async for number, event, data in events:
+        if number is None:
+            yield {"event": event, "data": _json(data)}
+        else:
+            yield {"id": number, "event": event, "data": _json(data)}
 
 
-def _final(event: Event) -> Any:
-    name, data = event
+def _final(name: str, data: Any) -> Any:
     return data if name == "values" else {"__error__": data}
+
+
+def _cursor(last_event_id: str | None) -> Cursor | None:
+    if not last_event_id:
+        return None
+    try:
+        return parse_event_id(last_event_id)
+    except ValueError as error:
+        raise WireError("Last-Event-ID", str(error)) from error
 
 
 # --- runs on a thread ----------------------------------------------------------------------------------------------
@@ -177,14 +200,15 @@ async def wait_run(thread_id: str, body: RunCreate, server: ServerDep, user: Use
     """Run and wait for the final values (``{"__error__": {...}}`` if the run failed)."""
     run = await _submit(server, body, user, thread_id, here=True, streams=False)
     final = await server.runs.wait(run)
-    return JSONResponse(_final(final), headers=_locations(run, "/join"))
+    return JSONResponse(_final(*final), headers=_locations(run, "/join"))
 
 
 @router.post("/threads/{thread_id}/runs/stream")
 async def stream_run(thread_id: str, body: RunCreate, server: ServerDep, user: UserDep) -> EventSourceResponse:
     """Run and stream its events. A client that disconnects does not stop the run; it can join it again."""
     run = await _submit(server, body, user, thread_id, here=True)
-    return EventSourceResponse(_sse(run.run_id, server.runs.events(run)), headers=_locations(run, "/stream"))
+    events = server.runs.events(run)
+    return EventSourceResponse(_sse(run.run_id, events, attempt=run.attempt), headers=_locations(run, "/stream"))
 
 
 def _owned_run(server: Server, thread_id: str, run_id: str, user: str) -> RunRecord:
@@ -220,7 +244,7 @@ def get_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> di
 async def join_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> Any:
     """Wait for a run to end; answer the thread's values (``{"__error__": {...}}`` if it failed)."""
     run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
-    return _final(await server.runs.wait(run))
+    return _final(*await server.runs.wait(run))
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/stream")
@@ -230,11 +254,13 @@ async def join_stream(
     server: ServerDep,
     user: UserDep,
     stream_mode: Annotated[list[str] | None, Query()] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
     """
-    Stream a run's events (from its start, if it executes in this process; else its final values), in
+    Stream a run's events, from its first (or the one after ``Last-Event-ID``), wherever it executes, in
     ``stream_mode`` (a subset of the run's modes; all of them by default).
     """
+    after = _cursor(last_event_id)
     run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
     own = list(run.kwargs.get("stream_mode") or ["values"])
     stream_mode = [mode for mode in stream_mode or [] if mode]  # the SDK sends an empty value for "all"
@@ -242,8 +268,9 @@ async def join_stream(
         outside = [mode for mode in stream_mode if mode not in own]
         if outside:
             raise WireError("stream_mode", f"{outside} not among the run's stream modes {own}")
-    events = server.runs.events(run, stream_mode or own)
-    return EventSourceResponse(_sse(run.run_id, events), headers=_locations(run, "/stream"))
+    events = server.runs.events(run, stream_mode or own, after)
+    stream = _sse(run.run_id, events, attempt=run.attempt, resumed=after is not None)
+    return EventSourceResponse(stream, headers=_locations(run, "/stream"))
 
 
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel", status_code=204)
@@ -291,11 +318,11 @@ async def _stateless(server: Server, body: RunCreate, user: str, *, streams: boo
 async def wait_stateless(body: RunCreate, server: ServerDep, user: UserDep) -> Any:
     """Run without a thread and wait for the final values."""
     live = await _stateless(server, body, user, streams=False)
-    final: Event | None = None
+    final: Sent | None = None
     async for event in live.follow():
         final = event
     assert final is not None
-    return _final(final)
+    return _final(final[1], final[2])
 
 
 @router.post("/runs/stream")

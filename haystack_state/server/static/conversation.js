@@ -43,7 +43,7 @@ export async function streamRun(body) {
   try {
     const response = await fetch(`/threads/${quote(threadId)}/runs/stream`, {
       method: "POST", headers: headers(),
-      body: JSON.stringify({ assistant_id: runAssistant(), stream_mode: ["values", "messages"], ...body }),
+      body: JSON.stringify({ assistant_id: runAssistant(), stream_mode: ["values", "messages-tuple"], ...body }),
     });
     if (!response.ok) {
       const data = await response.json().catch(() => null);
