@@ -43,7 +43,7 @@ class UnknownStateKeyError(HaystackStateError, ValueError):
     def __init__(self, key: str, known: list[str]) -> None:
         self.key = key
         self.known = sorted(known)
-        super().__init__(f"State key '{key}' is not in the schema. Known keys: {', '.join(self.known)}.")
+        super().__init__(f"State: Key '{key}' not found in schema. Known keys: {', '.join(self.known)}.")
 
 
 class StateTypeError(HaystackStateError, TypeError):
@@ -232,8 +232,11 @@ class ToolExecutionError(ToolInvocationError):
     """The tool itself raised."""
 
 
-class ToolMergeError(ToolInvocationError):
-    """The tool's result could not be merged into the state (a handler or a type check failed)."""
+class ToolMergeError(ToolInvocationError, RuntimeError):
+    """
+    The tool's result could not be merged into the state (a handler or a type check failed). Also a
+    ``RuntimeError``, which haystack-ai's Agent raises in the same case.
+    """
 
 
 class ToolCallLimitError(ToolInvocationError):

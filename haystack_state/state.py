@@ -12,6 +12,7 @@ from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from typing import Any
 
+from haystack import logging
 from haystack.utils import _deserialize_value_with_schema, _serialize_value_with_schema
 
 from haystack_state.display import StateDiff, state_html, state_repr
@@ -37,6 +38,8 @@ from haystack_state.schema import (
 from haystack_state.values import SHAREABLE, FrozenList, freeze, needs_copy_on_read, read, thaw, to_jsonable
 
 __all__ = ["State", "StagedState"]
+
+logger = logging.getLogger(__name__)
 
 Handler = Callable[[Any, Any], Any]
 
@@ -566,22 +569,32 @@ class State:
         """
         Serialise the schema and the values, in haystack-ai's format.
 
+        As in haystack-ai, a value that cannot be serialised is left out (its key stays in the schema), with a
+        warning naming the key, so that one live object does not lose the rest of the state. Durable threads do
+        not go through here: a checkpoint refuses such a value (``CodecError``) rather than drop it.
+
         :param skip_keys: Keys to leave out of the serialization (schema and value), as in haystack-ai.
         :returns: ``{"schema": ..., "data": ...}``.
-        :raises StateSerializationError: If a value, a handler or a default factory cannot be serialised (the
-            error names the key).
+        :raises StateSerializationError: If a handler or a default factory cannot be serialised (the error names
+            the key).
         """
         skip = set(skip_keys or ())
         with self._lock:
             values = {key: thaw(value) for key, value in self._values.items() if key not in skip}
         specs = {key: spec for key, spec in self._specs.items() if key not in skip}
+        schema = schema_to_dict(specs)
         data = {}
         for key, value in values.items():
             try:
                 data[key] = _serialize_value_with_schema(value)
             except Exception as exc:
-                raise StateSerializationError(f"State key '{key}' cannot be serialized: {exc}") from exc
-        return {"schema": schema_to_dict(specs), "data": self._merge_serialized(data)}
+                logger.warning(
+                    "Failed to serialize the '{field_name}' field of the agent's State data. The field will be "
+                    "omitted from the snapshot. Error: {error}",
+                    field_name=key,
+                    error=exc,
+                )
+        return {"schema": schema, "data": self._merge_serialized(data)}
 
     @staticmethod
     def _merge_serialized(per_key: dict[str, dict[str, Any]]) -> dict[str, Any]:

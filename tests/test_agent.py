@@ -102,7 +102,7 @@ class NoToolsGenerator:
 
 
 def test_a_generator_without_tool_support_given_tools_is_a_type_error() -> None:
-    with pytest.raises(TypeError, match=r"NoToolsGenerator\.run does not accept a 'tools' parameter.*search"):
+    with pytest.raises(TypeError, match=r"NoToolsGenerator does not accept tools parameter in its run method.*search"):
         Agent(chat_generator=NoToolsGenerator(), tools=[search])
 
 
@@ -116,7 +116,9 @@ def test_a_generator_without_tool_support_runs_without_tools() -> None:
 
 @pytest.mark.parametrize("key", ["last_message", "step_count", "exit_reason", "token_usage", "streaming_callback"])
 def test_a_schema_key_clashing_with_an_output_or_run_parameter_is_rejected(key: str) -> None:
-    with pytest.raises(ValueError, match=rf"state_schema keys \['{key}'\] clash"):
+    with pytest.raises(
+        ValueError, match=rf"state_schema keys \['{key}'\] are reserved for Agent internal state.*clash"
+    ):
         make(["hi"], state_schema={key: {"type": str}})
 
 
@@ -138,15 +140,17 @@ def test_an_exit_condition_naming_no_tool_is_a_warning(caplog: pytest.LogCapture
 
 
 def test_unknown_hook_points_and_uncallable_hooks_are_rejected() -> None:
-    with pytest.raises(ValueError, match="Unknown hook point 'before_tools'"):
+    with pytest.raises(ValueError, match="Invalid hook point 'before_tools'"):
         make(["hi"], hooks={"before_tools": print})
-    with pytest.raises(TypeError, match=r"must be a haystack Hook .* or a callable"):
+    with pytest.raises(
+        TypeError, match=r"Hook registered for hook point 'before_llm' must have a callable 'run\(state\)'"
+    ):
         make(["hi"], hooks={"before_llm": [print, "nope"]})
 
 
 @pytest.mark.parametrize("setting", [{"max_agent_steps": 0}, {"tool_concurrency_limit": 0}])
 def test_limits_below_one_are_rejected(setting: dict[str, int]) -> None:
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match="must be greater than or equal to 1"):
         make(["hi"], **setting)
 
 
@@ -157,7 +161,7 @@ def test_state_keys_are_optional_inputs_and_outputs() -> None:
     inputs = pipeline.inputs(include_components_with_connected_inputs=True)["agent"]
     outputs = pipeline.outputs()["agent"]
     run_options = {"streaming_callback", "thread_id", "checkpoint_id", "generation_kwargs", "tools", "hook_context"}
-    run_options |= {"context", "on_unfinished_calls", "run_id"}
+    run_options |= {"context", "on_unfinished_calls", "run_id", "enable_streaming_callback_passthrough"}
     assert set(inputs) == {"messages", *run_options, *SCHEMA}
     for key in SCHEMA:
         assert inputs[key]["is_mandatory"] is False
@@ -311,7 +315,7 @@ def test_a_failing_tool_is_reported_to_the_model_and_merges_nothing() -> None:
 
     failed = result["messages"][2].tool_call_result
     assert failed.error is True
-    assert "Tool 'explode' failed: KeyError" in failed.result
+    assert "Failed to invoke tool 'explode': KeyError" in failed.result
     assert result["documents"] == ["doc about a"]
     assert generator.calls[1].messages[2].tool_call_result.error is True
     assert result["exit_reason"] == "text"
@@ -323,7 +327,7 @@ def test_a_tool_call_the_model_invents_is_reported_to_the_model() -> None:
     result = agent.run(user())
     result_message = result["messages"][2].tool_call_result
     assert result_message.error is True
-    assert "'nonexistent' is not available" in result_message.result
+    assert "'nonexistent' not found" in result_message.result
 
 
 def test_toolsets_are_accepted() -> None:
@@ -610,7 +614,7 @@ def test_raise_on_tool_invocation_failure_raises_the_tool_error_with_its_cause_a
     agent, _ = make(
         [[("search", {"query": "a"}), ("explode", {"x": 7})], "never"], raise_on_tool_invocation_failure=True
     )
-    with pytest.raises(ToolExecutionError, match=r"Tool 'explode' failed: KeyError") as info:
+    with pytest.raises(ToolExecutionError, match=r"Failed to invoke tool 'explode': KeyError") as info:
         if mode == "run":
             agent.run(user())
         else:

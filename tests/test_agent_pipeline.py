@@ -183,7 +183,7 @@ def test_from_dict_rejects_an_unknown_hook_point(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", f"haystack_state,{__name__}")
     data = make_agent(hooks={"before_llm": count_llm_calls}).to_dict()
     data["init_parameters"]["hooks"] = {"before_lm": [f"{__name__}.count_llm_calls"]}
-    with pytest.raises(ValueError, match="Unknown hook point 'before_lm'"):
+    with pytest.raises(ValueError, match="Invalid hook point 'before_lm'"):
         Agent.from_dict(data)
 
 

@@ -374,7 +374,7 @@ def test_on_call_reports_starts_merges_and_interrupts_in_the_calling_thread() ->
     assert [call_id for call_id in finished] == ["c0", "c2", "c3"]  # merged in call order
     assert finished["c0"]["result"] == "a" and finished["c0"]["error"] is False
     assert finished["c0"]["message"] is outcome.messages[0]
-    assert finished["c2"]["error"] is True and "not available" in finished["c2"]["result"]
+    assert finished["c2"]["error"] is True and "not found" in finished["c2"]["result"]
     assert all(isinstance(data["duration_s"], float) and data["duration_s"] >= 0 for data in finished.values())
     [interrupted] = [data for kind, data, _ in events if kind == "interrupted"]
     assert interrupted["value"] == {"question": "Transfer 1?"} and interrupted["index"] == 0

@@ -99,7 +99,15 @@ def test_component_declares_its_sockets() -> None:
     invoker = ToolInvoker(tools=[echo])
     inputs = invoker.__haystack_input__._sockets_dict  # type: ignore[attr-defined]
     outputs = invoker.__haystack_output__._sockets_dict  # type: ignore[attr-defined]
-    assert set(inputs) == {"messages", "state", "tools", "streaming_callback", "context", "answers"}
+    assert set(inputs) == {
+        "messages",
+        "state",
+        "tools",
+        "streaming_callback",
+        "context",
+        "answers",
+        "enable_streaming_callback_passthrough",
+    }
     assert not inputs["context"].is_mandatory and not inputs["answers"].is_mandatory
     assert inputs["messages"].is_mandatory
     assert not inputs["state"].is_mandatory
@@ -109,7 +117,16 @@ def test_component_declares_its_sockets() -> None:
 def test_run_and_run_async_take_the_same_parameters() -> None:
     sync = inspect.signature(ToolInvoker.run)
     asynchronous = inspect.signature(ToolInvoker.run_async)
-    assert list(sync.parameters) == ["self", "messages", "state", "tools", "streaming_callback", "context", "answers"]
+    assert list(sync.parameters) == [
+        "self",
+        "messages",
+        "state",
+        "tools",
+        "streaming_callback",
+        "context",
+        "answers",
+        "enable_streaming_callback_passthrough",
+    ]
     assert [(p.name, p.default, p.kind) for p in sync.parameters.values()] == [
         (p.name, p.default, p.kind) for p in asynchronous.parameters.values()
     ]
@@ -186,7 +203,7 @@ def test_unknown_tool_becomes_an_error_result() -> None:
     )
     (text, error), second = results(output)
     assert error is True
-    assert "'search' is not available" in text and "add, echo" in text
+    assert "'search' not found" in text and "add, echo" in text
     assert second == ('{"sum": 2}', False)
     assert state.get("total") == 2
 
@@ -407,7 +424,7 @@ def test_a_tool_that_raises_raises_naming_the_tool_and_the_cause() -> None:
     error = info.value
     assert isinstance(error, ToolInvocationError)
     assert error.tool_name == "explode"
-    assert str(error) == "Tool 'explode' failed: ValueError: no disk"
+    assert str(error) == "Failed to invoke tool 'explode': ValueError: no disk"
     assert isinstance(error.__cause__, ValueError)
 
 
@@ -415,7 +432,7 @@ def test_a_tool_that_raises_becomes_an_error_result() -> None:
     output = ToolInvoker([explode, echo], raise_on_failure=False).run(
         calls(("explode", {"reason": "no disk"}), ("echo", {"text": "still here"}))
     )
-    assert results(output) == [("Tool 'explode' failed: ValueError: no disk", True), ("still here", False)]
+    assert results(output) == [("Failed to invoke tool 'explode': ValueError: no disk", True), ("still here", False)]
 
 
 def test_a_failing_call_raises_after_the_earlier_ones_merged() -> None:
@@ -800,7 +817,7 @@ def test_haystack_tool_with_haystack_state_that_raises_leaves_state_untouched() 
     state = State({"seen": {"type": list[int]}}, {"seen": [0]})
     output = ToolInvoker([fail_after_write], raise_on_failure=False).run(calls(("fail_after_write", {})), state=state)
     text, error = only_result(output)
-    assert error and text == "Tool 'fail_after_write' failed: KeyError: 'gone'"
+    assert error and text == "Failed to invoke tool 'fail_after_write': KeyError: 'gone'"
     assert state.data == {"seen": [0]}
 
 
@@ -946,7 +963,7 @@ def test_async_tool_errors_under_both_runners() -> None:
     with pytest.raises(ToolExecutionError, match="LookupError: no 1"):
         asyncio.run(ToolInvoker([async_fail]).run_async(calls(("async_fail", {"x": 1}))))
     output = asyncio.run(ToolInvoker([async_fail], raise_on_failure=False).run_async(calls(("async_fail", {"x": 2}))))
-    assert only_result(output) == ("Tool 'async_fail' failed: LookupError: no 2", True)
+    assert only_result(output) == ("Failed to invoke tool 'async_fail': LookupError: no 2", True)
 
 
 def test_async_tool_under_run_called_from_inside_an_event_loop() -> None:
@@ -1010,13 +1027,14 @@ def test_runtime_tools_override_the_constructor_tools() -> None:
     output = invoker.run(calls(("add", {"a": 1, "b": 1}), ("echo", {"text": "x"})), state=state, tools=[add])
     (_, first_error), (second, second_error) = results(output)
     assert first_error is False and state.get("total") == 2
-    assert second_error is True and "'echo' is not available" in second and "Available tools: add" in second
+    assert second_error is True and "'echo' not found" in second and "Available tools: add" in second
     # the constructor tools are used again afterwards
     assert only_result(invoker.run(calls(("echo", {"text": "back"})))) == ("back", False)
     output = asyncio.run(invoker.run_async(calls(("add", {"a": 2, "b": 2})), state=state, tools=Toolset([add])))
     assert only_result(output) == ('{"sum": 4}', False)
 
 
+@pytest.mark.slow
 def test_runtime_tools_do_not_leak_validators() -> None:
     from haystack_state.invocation import calls as calls_module
 
@@ -1241,6 +1259,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     types=st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from(JSON_TYPES), max_size=3),

@@ -180,6 +180,7 @@ def random_batch(rng: random.Random, names: list[str], size: int) -> list[tuple[
     return [make_call(rng.choice(names), rng.randint(-9, 9), rng.uniform(0, 20)) for _ in range(size)]
 
 
+@pytest.mark.slow
 def test_parallel_runs_with_random_sleeps_equal_sequential_execution() -> None:
     rng = random.Random(1234)
     names = [t.name for t in TOOLS]
@@ -194,6 +195,7 @@ def test_parallel_runs_with_random_sleeps_equal_sequential_execution() -> None:
         assert results(output) == expected_messages, f"round {round_number}: {batch}"
 
 
+@pytest.mark.slow
 def test_run_async_with_random_sleeps_equals_sequential_execution() -> None:
     rng = random.Random(99)
     names = [t.name for t in ASYNC_TOOLS]
@@ -220,6 +222,7 @@ call_strategy = st.tuples(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(
     batch=st.lists(call_strategy, min_size=1, max_size=8),
@@ -313,7 +316,7 @@ def test_a_failing_parallel_call_merges_nothing_and_the_others_merge() -> None:
     )
     assert [error for _, error in results(output)] == [False, True, False, True, False]
     assert state.data == {"items": [1, 3], "total": 6}
-    assert results(output)[1][0] == "Tool 'write_then_fail' failed: RuntimeError: failed 2"
+    assert results(output)[1][0] == "Failed to invoke tool 'write_then_fail': RuntimeError: failed 2"
     assert "Tool 'bad_merge'" in results(output)[3][0] and "'last'" in results(output)[3][0]
 
 

@@ -20,6 +20,8 @@ from haystack_integrations.tools.mcp import MCPToolset, StdioServerInfo
 from haystack_state import Agent, InMemoryCheckpointer, State, ToolInvoker
 from haystack_state.testing import ScriptedChatGenerator
 
+pytestmark = pytest.mark.slow
+
 SERVER = Path(__file__).parent / "workers" / "mcp_server.py"
 
 
@@ -53,7 +55,7 @@ def test_the_tools_appear_only_at_warm_up_and_are_called_through_the_invoker(too
     results = [m.tool_call_result for m in output["tool_messages"]]
     assert [r.error for r in results] == [False, False, True]
     assert [text_of(r.result) for r in results[:2]] == ["42", "HI"]
-    assert results[2].result == "Tool 'nope' is not available. Available tools: add, shout, slow."
+    assert results[2].result == "Tool 'nope' not found. Available tools: add, shout, slow."
 
 
 def test_run_warms_the_invoker_up_on_first_use_and_validates_against_the_servers_schema(toolset: MCPToolset) -> None:

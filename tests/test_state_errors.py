@@ -38,7 +38,7 @@ def test_set_on_an_unknown_key_lists_the_known_keys(state: State) -> None:
         state.set("nmae", "b")
     assert isinstance(info.value, ValueError)  # haystack-ai raises ValueError here
     assert info.value.key == "nmae" and info.value.known == ["ids", "messages", "n", "name"]
-    assert str(info.value) == "State key 'nmae' is not in the schema. Known keys: ids, messages, n, name."
+    assert str(info.value) == "State: Key 'nmae' not found in schema. Known keys: ids, messages, n, name."
     assert state.data == {"name": "a", "ids": [1], "n": 1}
 
 
@@ -253,7 +253,7 @@ def _with(**changes: Any) -> dict[str, Any]:
                     "serialized_data": {"age": 3},
                 }
             ),
-            "State key 'age' is not in the schema",
+            "State: Key 'age' not found in schema",
         ),
         (
             _with(

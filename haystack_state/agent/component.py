@@ -55,7 +55,7 @@ from haystack_state.agent.loop import (
     agent_loop,
 )
 from haystack_state.agent.prompts import PromptTemplates, RequiredVariables
-from haystack_state.agent.run_state import RUN_KEYS
+from haystack_state.agent.run_state import RUN_KEYS, resolved_schema
 from haystack_state.agent.session import ThreadSession, UnfinishedCalls, check_unfinished_calls
 from haystack_state.agent.streaming import RunOptions, StreamMethods, model_callback, runtime_tools
 from haystack_state.agent.thread_methods import ThreadMethods
@@ -128,7 +128,10 @@ class Agent(ThreadMethods, StreamMethods):
         already start with a system message.
     :param exit_conditions: What ends the run: ``"text"`` (a reply without tool calls) and/or tool names (a
         successful call of that tool). Defaults to ``["text"]``. A reply without tool calls always ends the run.
-    :param state_schema: The State schema (see ``State``). A ``messages`` key is added automatically.
+    :param state_schema: The State schema (see ``State``). A ``messages`` key is added automatically; as in
+        haystack-ai, ``agent.resolved_state_schema`` is the schema with it and with the run values every run's state
+        carries (``step_count``, ``token_usage``, ``tool_call_counts``, ``exit_reason``, ``continue_run``,
+        ``stop_run``, ``tools``, ``hook_context``, ``context_tokens``).
     :param max_agent_steps: The most model calls a run makes.
     :param streaming_callback: Receives the model's streamed chunks and the tool results.
     :param raise_on_tool_invocation_failure: Raise on a failed tool call instead of reporting it to the model.
@@ -153,7 +156,8 @@ class Agent(ThreadMethods, StreamMethods):
     :param required_variables: The prompt variables ``run`` must be given: ``"*"`` (all, the default), a list, or
         None (none; missing ones render empty).
     :param tool_streaming_callback_passthrough: Pass the streaming callback to tools that take a
-        ``streaming_callback`` parameter.
+        ``streaming_callback`` parameter. ``run(..., enable_streaming_callback_passthrough=...)`` overrides it for a
+        run.
     :param context_policy: Decides what the model is sent on each call (trimming, token budgets, summaries; see
         ``haystack_state.agent.context``); the stored conversation never loses a message.
     :param token_counter: The haystack ``TokenCounter`` the context policy measures with (a cheap estimate, or
@@ -187,7 +191,14 @@ class Agent(ThreadMethods, StreamMethods):
     #: Inputs a ``ComponentTool`` wrapping the agent does not show the model: which thread a sub-agent runs on, and
     #: the run's live dependencies (``context``), are the application's choice, never the model's.
     hidden_from_tools: ClassVar[frozenset[str]] = frozenset(
-        {"thread_id", "checkpoint_id", "context", "on_unfinished_calls", "run_id"}
+        {
+            "thread_id",
+            "checkpoint_id",
+            "context",
+            "on_unfinished_calls",
+            "run_id",
+            "enable_streaming_callback_passthrough",
+        }
     )
 
     def __init__(
@@ -240,8 +251,12 @@ class Agent(ThreadMethods, StreamMethods):
         self.interrupt_before = list(interrupt_before or [])
         self.interrupt_after = list(interrupt_after or [])
 
-        if max_agent_steps < 1 or tool_concurrency_limit < 1:
-            raise ValueError("max_agent_steps and tool_concurrency_limit must be at least 1.")
+        if tool_concurrency_limit < 1:
+            raise ValueError(
+                f"tool_concurrency_limit must be greater than or equal to 1, got {tool_concurrency_limit}."
+            )
+        if max_agent_steps < 1:
+            raise ValueError(f"max_agent_steps must be greater than or equal to 1, got {max_agent_steps}.")
         self.tool_timeout = check_timeout(tool_timeout, "Agent tool_timeout")
         self.max_tool_calls = check_max_tool_calls(max_tool_calls, "Agent max_tool_calls")
         self.on_unfinished_calls = check_unfinished_calls(on_unfinished_calls, "Agent")
@@ -250,35 +265,47 @@ class Agent(ThreadMethods, StreamMethods):
             raise TypeError(f"context_policy must have a plan(view) method, got {context_policy!r}.")
         summary_key = SUMMARY_KEY if context_policy is not None and folds_summary(context_policy) else None
         reserved = RESERVED_OUTPUTS | RESERVED_INPUTS | set(RUN_KEYS) | ({SUMMARY_KEY} if summary_key else set())
-        self._specs_fields = build_schema(
-            {**self.state_schema, SUMMARY_KEY: SUMMARY_FIELD} if summary_key else self.state_schema
-        )
         clashes = sorted(set(self.state_schema) & reserved)
         if clashes:
             raise ValueError(
-                f"state_schema keys {clashes} clash with Agent outputs, run parameters or run values; rename them. "
-                f"Reserved: {', '.join(sorted(reserved))}."
+                f"state_schema keys {clashes} are reserved for Agent internal state and cannot be redefined: they "
+                f"clash with Agent outputs, run parameters or run values; rename them. Reserved keys: "
+                f"{', '.join(sorted(reserved))}."
             )
+        self._specs_fields = build_schema(
+            {**self.state_schema, SUMMARY_KEY: SUMMARY_FIELD} if summary_key else self.state_schema
+        )
+        #: The state schema of a run, as haystack-ai's Agent exposes it: the ``state_schema`` entries as given (and
+        #: the running summary's, with a summarizing context policy), ``messages`` unless declared, then the run
+        #: values every run's state carries (``step_count``, ``token_usage``, ..., ``context_tokens``).
+        self.resolved_state_schema: dict[str, dict[str, Any]] = resolved_schema(
+            self.state_schema, {SUMMARY_KEY: SUMMARY_FIELD} if summary_key else {}
+        )
         self._prompts = PromptTemplates(system_prompt, user_prompt, required_variables)
         for name, sources in self._prompts.variables.items():
             where = " and ".join(sources)
             if name in self._specs_fields:
                 raise ValueError(
-                    f"Variable '{name}' of {where} is also a state key; rename the variable or the key, since "
-                    "run() could not tell which one a value is for."
+                    f"Variable '{name}' from {where} is already defined in the state schema. Rename the variable or "
+                    "the key, since run() could not tell which one a value is for."
                 )
             if name in reserved or name == "messages":
-                raise ValueError(f"Variable '{name}' of {where} clashes with a run parameter or output; rename it.")
+                raise ValueError(
+                    f"Variable '{name}' from {where} conflicts with input names in the run method. Rename the "
+                    "variable: the run's parameters and the Agent's outputs cannot be prompt variables."
+                )
         if isinstance(required_variables, list) and not self._prompts.variables:
             logger.warning(
-                "required_variables is given but neither user_prompt nor system_prompt has template variables: "
-                "it has no effect."
+                "The parameter required_variables is provided but neither user_prompt nor system_prompt contains "
+                "template variables: it has no effect. Either provide a prompt with Jinja2 template variables or "
+                "remove required_variables."
             )
         if _given(tools) and not self._generator_takes_tools:
             names = [tool.name for tool in flatten_tools_or_toolsets(tools)]
             raise TypeError(
-                f"{type(chat_generator).__name__}.run does not accept a 'tools' parameter, so it cannot be given "
-                f"tools ({', '.join(names) or 'a toolset'}). Use a chat generator with tool support."
+                f"{type(chat_generator).__name__} does not accept tools parameter in its run method, so it cannot be "
+                f"given tools ({', '.join(names) or 'a toolset'}). The Agent component requires a chat generator "
+                "that supports tools when tools are provided."
             )
         extra_tools = policy_tools(context_policy) if context_policy is not None else []
         self._toolbox = Toolbox(self.tools, self._specs_fields, extra=extra_tools)
@@ -329,6 +356,7 @@ class Agent(ThreadMethods, StreamMethods):
             interrupt_after=frozenset(self.interrupt_after),
             store=store,
             on_unfinished_calls=self.on_unfinished_calls,
+            resolved_schema=self.resolved_state_schema,
         )
         self._is_warmed_up = False
 
@@ -450,7 +478,11 @@ class Agent(ThreadMethods, StreamMethods):
         system, user = self._prompts.render(prompt_values)
         run_tools = self._toolbox.for_run(options.tools)
         if options.tools is not None and not self._generator_takes_tools and self._toolbox.resolve(run_tools).specs:
-            raise TypeError(f"{type(self.chat_generator).__name__}.run does not accept a 'tools' parameter.")
+            raise TypeError(
+                f"{type(self.chat_generator).__name__} does not accept tools parameter in its run method, so it "
+                "cannot be given this run's tools. The Agent component requires a chat generator that supports "
+                "tools when tools are provided."
+            )
         return RunRequest(
             messages=list(messages or []),
             inputs=inputs,
@@ -471,12 +503,13 @@ class Agent(ThreadMethods, StreamMethods):
             control=control,
         )
 
-    def _effects(self, control: RunControl | None = None) -> Effects:
+    def _effects(self, control: RunControl | None = None, options: RunOptions | None = None) -> Effects:
+        passthrough = options.enable_streaming_callback_passthrough if options is not None else None
         return Effects(
             chat_generator=self.chat_generator,
             raise_on_failure=self.raise_on_tool_invocation_failure,
             max_workers=self.tool_concurrency_limit,
-            passthrough=self.tool_streaming_callback_passthrough,
+            passthrough=self.tool_streaming_callback_passthrough if passthrough is None else passthrough,
             control=control,
             tool_timeout=self.tool_timeout,
             max_tool_calls=self.max_tool_calls,
@@ -499,7 +532,7 @@ class Agent(ThreadMethods, StreamMethods):
         request = self._prepare(messages, kwargs, options, is_async=False)
         session = self._open(options)
         try:
-            return drive(agent_loop(self._loop_config, request, session), self._effects())
+            return drive(agent_loop(self._loop_config, request, session), self._effects(None, options))
         finally:
             if session is not None:
                 session.close()
@@ -511,7 +544,7 @@ class Agent(ThreadMethods, StreamMethods):
         request = self._prepare(messages, kwargs, options, is_async=True)
         session = await self._open_async(options)
         try:
-            return await drive_async(agent_loop(self._loop_config, request, session), self._effects())
+            return await drive_async(agent_loop(self._loop_config, request, session), self._effects(None, options))
         finally:
             if session is not None:
                 await session.aclose()
@@ -529,6 +562,7 @@ class Agent(ThreadMethods, StreamMethods):
         context: Any = None,
         on_unfinished_calls: UnfinishedCalls | None = None,
         run_id: str | None = None,
+        enable_streaming_callback_passthrough: bool | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """
@@ -557,6 +591,9 @@ class Agent(ThreadMethods, StreamMethods):
             ``"close"`` or ``"refuse"`` (see the Agent's parameter, which applies if None).
         :param run_id: An id of your own for the run (a server's run id), recorded in its checkpoints' metadata as
             ``run_id``.
+        :param enable_streaming_callback_passthrough: Overrides ``tool_streaming_callback_passthrough`` for this run:
+            pass the streaming callback to tools that take a ``streaming_callback`` parameter. None keeps the
+            Agent's setting.
         :param kwargs: Initial values for state keys (written through their handlers), and the prompts' variables.
         :returns: ``messages``, ``last_message``, every state key, ``step_count`` (the run's model calls; on a
             continued run, those before it stopped included), ``exit_reason`` ("text", "length" or
@@ -588,6 +625,7 @@ class Agent(ThreadMethods, StreamMethods):
             context=context,
             on_unfinished_calls=on_unfinished_calls,
             run_id=run_id,
+            enable_streaming_callback_passthrough=enable_streaming_callback_passthrough,
         )
         return self._execute(messages, kwargs, options)
 
@@ -604,6 +642,7 @@ class Agent(ThreadMethods, StreamMethods):
         context: Any = None,
         on_unfinished_calls: UnfinishedCalls | None = None,
         run_id: str | None = None,
+        enable_streaming_callback_passthrough: bool | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """
@@ -621,6 +660,7 @@ class Agent(ThreadMethods, StreamMethods):
         :param context: The run's dependencies (see :meth:`run`).
         :param on_unfinished_calls: See :meth:`run`.
         :param run_id: See :meth:`run`.
+        :param enable_streaming_callback_passthrough: See :meth:`run`.
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: The same outputs as :meth:`run`.
         """
@@ -636,6 +676,7 @@ class Agent(ThreadMethods, StreamMethods):
             context=context,
             on_unfinished_calls=on_unfinished_calls,
             run_id=run_id,
+            enable_streaming_callback_passthrough=enable_streaming_callback_passthrough,
         )
         return await self._execute_async(messages, kwargs, options)
 

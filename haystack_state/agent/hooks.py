@@ -75,18 +75,20 @@ def normalize_hooks(hooks: Mapping[str, Any] | None) -> dict[str, list[Hook]]:
     result: dict[str, list[Hook]] = {}
     for point, given in (hooks or {}).items():
         if point not in HOOK_POINTS:
-            raise ValueError(f"Unknown hook point '{point}'. Hook points: {', '.join(HOOK_POINTS)}.")
+            raise ValueError(f"Invalid hook point '{point}'. Valid hook points are: {', '.join(HOOK_POINTS)}.")
         entries = list(given) if isinstance(given, list | tuple) else [given]
         for hook in entries:
             if not is_hook_object(hook) and not callable(hook):
                 raise TypeError(
-                    f"Hook at '{point}' must be a haystack Hook (an object with a callable run(state), such as one "
-                    f"made with haystack.hooks.hook) or a callable taking the state, got {hook!r}."
+                    f"Hook registered for hook point '{point}' must have a callable 'run(state)' (a haystack Hook, "
+                    f"such as one made with haystack.hooks.hook) or be a callable taking the state, got an object of "
+                    f"type '{type(hook).__name__}' ({hook!r})."
                 )
             allowed = getattr(hook, "allowed_hook_points", None)
             if allowed is not None and point not in allowed:
                 raise ValueError(
-                    f"Hook {hook_name(hook)} is registered at '{point}' but only supports: {', '.join(allowed)}."
+                    f"Hook of type '{type(hook).__name__}' is registered under hook point '{point}' but only "
+                    f"supports: {', '.join(allowed)} (hook {hook_name(hook)})."
                 )
         result[point] = entries
     return result

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import threading
 import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
@@ -64,7 +65,7 @@ from haystack_state.agent.session import (
     plan_continuation,
     reset_run_scope,
 )
-from haystack_state.agent.spans import current_span, span, tracing_enabled
+from haystack_state.agent.spans import current_span, schema_tag, span, tracing_enabled
 from haystack_state.agent.toolbox import Toolbox
 from haystack_state.errors import AgentRunError, ThreadConflictError, ToolInvocationError
 from haystack_state.invocation.arguments import safe_tool_calls
@@ -72,7 +73,7 @@ from haystack_state.invocation.calls import check_arguments
 from haystack_state.invocation.outcome import BatchOutcome, PendingCall
 from haystack_state.persistence.delta import Source
 from haystack_state.runtime import RunContext, check_tool_deps
-from haystack_state.schema import FieldSpec, schema_to_dict
+from haystack_state.schema import FieldSpec
 from haystack_state.state import State
 from haystack_state.tools.spec import ToolSpec
 
@@ -127,6 +128,7 @@ RESERVED_INPUTS = frozenset(
         "context",
         "on_unfinished_calls",
         "run_id",
+        "enable_streaming_callback_passthrough",
         "stop_run",
         "continue_run",
     }
@@ -296,6 +298,8 @@ class LoopConfig:
     :param store: The agent's long-term memory store, given to tools, hooks and loaders through ``RunContext``.
     :param on_unfinished_calls: What new messages do on a thread whose last run stopped mid-tools (see
         :data:`~haystack_state.agent.session.UnfinishedCalls`); by how it stopped if None.
+    :param resolved_schema: The run's state keys as haystack-ai lists them (``Agent.resolved_state_schema``), for the
+        run span's ``haystack.agent.state_schema`` tag.
     """
 
     schema: dict[str, FieldSpec]
@@ -311,6 +315,7 @@ class LoopConfig:
     summary_key: str | None = None
     store: Any = None
     on_unfinished_calls: UnfinishedCalls | None = None
+    resolved_schema: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -577,6 +582,9 @@ class AgentRun:
             self.held = conversation
         elif conversation:
             state.set("messages", conversation)
+        if all(message.is_from("system") for message in itertools.chain(state.view("messages") or [], self.held)):
+            # As haystack-ai's Agent: the model is about to get nothing but instructions (or nothing at all).
+            logger.warning("All messages provided to the Agent component are system messages. This is not recommended.")
         return state
 
     def _take_held_input(self) -> Iterable[Effect]:
@@ -1155,7 +1163,7 @@ class AgentRun:
                     self.request.sink.emit(Interrupted, requests=self.pending_requests())
                 if reason is None:
                     logger.warning(
-                        "Agent reached its maximum of {max_agent_steps} steps, stopping.",
+                        "Agent reached maximum agent steps of {max_agent_steps}, stopping.",
                         max_agent_steps=self.config.max_agent_steps,
                     )
                     reason = EXIT_MAX_STEPS
@@ -1182,7 +1190,7 @@ class AgentRun:
             "haystack.agent.exit_conditions": config.exit_conditions,
         }
         if tracing_enabled():
-            tags["haystack.agent.state_schema"] = schema_to_dict(config.schema)
+            tags["haystack.agent.state_schema"] = schema_tag(config.resolved_schema)
         if self.session is not None:
             tags["haystack_state.thread_id"] = self.session.thread_id
         return tags

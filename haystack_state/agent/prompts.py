@@ -34,7 +34,7 @@ def _template(prompt: str, role: str, label: str) -> str:
         raise ValueError(f"{label} must define exactly one message block, found {len(blocks)}.")
     roles = _BLOCK_ROLE.findall(prompt)
     if roles and roles[0] != role:
-        raise ValueError(f"{label}'s message block must have role '{role}', found role '{roles[0]}'.")
+        raise ValueError(f"{label} message block must have role '{role}', found role '{roles[0]}'.")
     return prompt
 
 
@@ -63,7 +63,7 @@ class _Prompt:
         missing = [name for name in self.required if name not in values]
         if missing:
             raise ValueError(
-                f"{self.label} needs the variable(s) {missing}: pass them to run() "
+                f"Missing required input variables in {self.label}: {missing}. Pass them to run() "
                 f"(e.g. agent.run(messages, {missing[0]}=...)). Its variables: {self.variables}; required: "
                 f"{self.required}."
             )

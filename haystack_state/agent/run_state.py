@@ -19,11 +19,14 @@ import copy
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from haystack.components.agents.state.state_utils import merge_lists, replace_values
+from haystack.dataclasses import ChatMessage
+
 from haystack_state.errors import StateTypeError
 from haystack_state.runtime import RunContext
 from haystack_state.state import Handler, State
 
-__all__ = ["RUN_KEYS", "LiveData", "RunState"]
+__all__ = ["RUN_KEYS", "RUN_SCHEMA", "LiveData", "RunState", "resolved_schema"]
 
 #: The run values and the types a hook may write to them.
 RUN_KEYS: dict[str, tuple[type, ...]] = {
@@ -38,6 +41,42 @@ RUN_KEYS: dict[str, tuple[type, ...]] = {
     "hook_context": (dict,),
     "context": (RunContext,),
 }
+
+
+#: The run values as haystack-ai's Agent declares them in its resolved state schema, in its order and with its
+#: handlers (``context``, this package's own, is not there: it is never state).
+RUN_SCHEMA: dict[str, dict[str, Any]] = {
+    "step_count": {"type": int, "handler": replace_values},
+    "token_usage": {"type": dict[str, Any], "handler": replace_values},
+    "tool_call_counts": {"type": dict[str, int], "handler": replace_values},
+    "exit_reason": {"type": str, "handler": replace_values},
+    "continue_run": {"type": bool, "handler": replace_values},
+    "stop_run": {"type": str, "handler": replace_values},
+    "tools": {"type": list, "handler": replace_values},
+    "hook_context": {"type": dict[str, Any], "handler": replace_values},
+    "context_tokens": {"type": int, "handler": replace_values},
+}
+
+
+def resolved_schema(
+    state_schema: Mapping[str, Mapping[str, Any]], extra: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """
+    The state schema of an Agent's runs, in the shape of haystack-ai's ``Agent.resolved_state_schema``: the
+    ``state_schema`` entries as given, then ``extra`` (keys this package adds, such as the running summary),
+    ``messages`` (``list[ChatMessage]``, merged with ``merge_lists``) unless declared, then the run values
+    (:data:`RUN_SCHEMA`).
+
+    :param state_schema: The schema given to the Agent.
+    :param extra: Keys the Agent adds to it.
+    :returns: A new dict of new entry dicts.
+    """
+    resolved = {key: dict(entry) for key, entry in state_schema.items()}
+    resolved.update({key: dict(entry) for key, entry in (extra or {}).items()})
+    if resolved.get("messages") is None:
+        resolved["messages"] = {"type": list[ChatMessage], "handler": merge_lists}
+    resolved.update({key: dict(entry) for key, entry in RUN_SCHEMA.items()})
+    return resolved
 
 
 #: The run values ``get`` hands out as copies.

@@ -10,14 +10,17 @@ generator-based context manager per span).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
 from haystack.tracing.tracer import NullSpan, Span, tracer
+from haystack.utils import serialize_callable
+from haystack.utils.type_serialization import serialize_type
 
 from haystack_state.invocation.spans import tracing_enabled
 
-__all__ = ["NO_SPAN", "current_span", "span", "tracing_enabled"]
+__all__ = ["NO_SPAN", "current_span", "schema_tag", "span", "tracing_enabled"]
 
 
 class _NoSpan:
@@ -55,3 +58,26 @@ def span(name: str, tags: dict[str, Any] | None = None, parent: Span | None = No
 def current_span() -> Span | None:
     """The current span, or None when tracing is off."""
     return tracer.actual_tracer.current_span() if tracing_enabled() else None
+
+
+def schema_tag(schema: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """
+    The ``haystack.agent.state_schema`` tag of a run span, as haystack-ai's Agent sets it: each state key of the run
+    (``Agent.resolved_state_schema``) with its ``type`` and, when the entry has one, its ``handler``, by import path.
+    A handler without an import path (a lambda, a local function) is named by its qualified name: a tag never fails
+    a run.
+
+    :param schema: The resolved state schema.
+    :returns: The tag's value.
+    """
+    tag: dict[str, dict[str, str]] = {}
+    for key, entry in schema.items():
+        item = {"type": serialize_type(entry["type"])}
+        handler = entry.get("handler")
+        if handler is not None:
+            try:
+                item["handler"] = serialize_callable(handler)
+            except Exception:
+                item["handler"] = str(getattr(handler, "__qualname__", None) or repr(handler))
+        tag[key] = item
+    return tag

@@ -54,6 +54,7 @@ class RunOptions:
     answers: dict[str, Any] | None = None
     on_unfinished_calls: Any = None
     run_id: str | None = None
+    enable_streaming_callback_passthrough: bool | None = None
 
 
 def check_resume(
@@ -157,6 +158,7 @@ class StreamMethods:
         answers: dict[str, Any] | None = None,
         on_unfinished_calls: UnfinishedCalls | None = None,
         run_id: str | None = None,
+        enable_streaming_callback_passthrough: bool | None = None,
         **kwargs: Any,
     ) -> Iterator[AgentEvent]:
         """
@@ -182,6 +184,7 @@ class StreamMethods:
         :param answers: Resume it with these answers to ``interrupt()`` requests, as :meth:`resume` takes them.
         :param on_unfinished_calls: See :meth:`run`.
         :param run_id: An id for the run (its events' ``run_id``), recorded in its checkpoints' metadata.
+        :param enable_streaming_callback_passthrough: See :meth:`run`.
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: An iterator of events.
         """
@@ -206,6 +209,7 @@ class StreamMethods:
             answers,
             on_unfinished_calls,
             run_id,
+            enable_streaming_callback_passthrough,
         )
         request = self._prepare(messages, kwargs, options, is_async=False, sink=sink, control=control)
         session = self._open(options)
@@ -215,7 +219,7 @@ class StreamMethods:
             if session is not None:
                 session.close()
             raise
-        return _pump(flow, self._effects(control), session, sink, events, control)
+        return _pump(flow, self._effects(control, options), session, sink, events, control)
 
     async def stream_async(
         self,
@@ -232,6 +236,7 @@ class StreamMethods:
         answers: dict[str, Any] | None = None,
         on_unfinished_calls: UnfinishedCalls | None = None,
         run_id: str | None = None,
+        enable_streaming_callback_passthrough: bool | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[AgentEvent]:
         """
@@ -251,6 +256,7 @@ class StreamMethods:
         :param answers: Resume it with these answers to ``interrupt()`` requests, as :meth:`resume` takes them.
         :param on_unfinished_calls: See :meth:`run`.
         :param run_id: An id for the run (its events' ``run_id``), recorded in its checkpoints' metadata.
+        :param enable_streaming_callback_passthrough: See :meth:`run`.
         :param kwargs: Initial values for state keys, and the prompts' variables.
         :returns: An async iterator of events.
         """
@@ -279,6 +285,7 @@ class StreamMethods:
             answers,
             on_unfinished_calls,
             run_id,
+            enable_streaming_callback_passthrough,
         )
         request = self._prepare(messages, kwargs, options, is_async=True, sink=sink, control=control)
         session = await self._open_async(options)
@@ -288,7 +295,7 @@ class StreamMethods:
             if session is not None:
                 await session.aclose()
             raise
-        effects = self._effects(control)
+        effects = self._effects(control, options)
 
         async def work() -> None:
             try:

@@ -126,7 +126,11 @@ class Toolbox:
         for tool in flat:
             if tool.name in entries:
                 raise ToolDefinitionError(
-                    tool.name, [f"Tool '{tool.name}': two tools have this name; tool names must be unique."]
+                    tool.name,
+                    [
+                        f"Tool '{tool.name}': Duplicate tool names found (two tools have this name); tool names "
+                        "must be unique."
+                    ],
                 )
             try:
                 entries[tool.name] = self._cache[tool]
@@ -166,15 +170,15 @@ class Toolbox:
             return [selection.spawn()]
         if not isinstance(selection, list):
             raise TypeError(
-                "run(tools=...) takes a list of Tool and/or Toolset objects, a Toolset, or a list of tool names, "
-                f"got {type(selection).__name__}."
+                "run(tools=...): tools must be a list of Tool and/or Toolset objects, a Toolset, or a list of tool "
+                f"names (strings). Got {type(selection).__name__}."
             )
         if selection and all(isinstance(entry, str) for entry in selection):
             return self._by_name(selection)  # type: ignore[arg-type]
         if not all(isinstance(entry, Tool | Toolset) for entry in selection):
             raise TypeError(
-                "run(tools=...) takes a list of Tool and/or Toolset objects or a list of tool names, not a mix: got "
-                f"{[type(entry).__name__ for entry in selection]}."
+                "run(tools=...): tools must be a list of Tool and/or Toolset objects, a Toolset, or a list of tool "
+                f"names (strings). Got a mix: {[type(entry).__name__ for entry in selection]}."
             )
         return [item.spawn() if isinstance(item, Toolset) else item for item in selection if not isinstance(item, str)]
 
@@ -184,11 +188,15 @@ class Toolbox:
             (item, item.get_selectable_tools() if isinstance(item, Toolset) else [item]) for item in self.items
         ]
         valid = [tool.name for _, tools in offered for tool in tools]
+        if not valid:
+            raise ValueError(
+                f"run(tools=...) names {sorted(requested)}: No tools were configured for the Agent at initialization."
+            )
         unknown = sorted(requested - set(valid))
         if unknown:
             raise ValueError(
-                f"run(tools=...) names {unknown}, which are not tools of this agent. Its tools: "
-                f"{', '.join(valid) or 'none'}."
+                f"run(tools=...): The following tool names are not valid: {unknown}. Valid tool names are: "
+                f"{', '.join(valid)}."
             )
         selected: list[Tool | Toolset] = []
         for item, tools in offered:

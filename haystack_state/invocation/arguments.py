@@ -247,7 +247,7 @@ def resolve_tool(tool_call: ToolCall, specs: Mapping[str, ToolSpec]) -> ToolSpec
             f"{available}."
         )
     else:
-        message = f"Tool '{_name(tool_call)}' is not available. Available tools: {available}."
+        message = f"Tool '{_name(tool_call)}' not found. Available tools: {available}."
     raise ToolNotFoundError(_name(tool_call), message)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from haystack import logging
 from haystack.dataclasses import ChatMessage, ToolCall
+from haystack.tracing.utils import _serializable_value
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
@@ -34,7 +35,9 @@ from haystack_state.values import to_jsonable
 __all__ = [
     "ALL_KEYS",
     "PlannedCall",
+    "ResultConversionError",
     "call_arguments",
+    "conversion_error",
     "error_message",
     "execution_error",
     "merge_error",
@@ -348,14 +351,22 @@ def state_writes(spec: ToolSpec, result: Any) -> list[Write]:
     return writes
 
 
-def result_to_string(result: Any) -> str:
+def result_to_string(result: Any, convert_result_to_json_string: bool | None = None) -> str:
     """
-    Render a tool result for the model: strings as they are, other values as JSON, ``str()`` as the fallback.
+    Render a tool result for the model.
+
+    By default (``convert_result_to_json_string=None``, haystack-ai's Agent's rule) strings are kept as they are and
+    other values are rendered as JSON. ``True`` renders every result with ``json.dumps``, a string too (quoted);
+    ``False`` renders it with ``str()``, objects with ``to_dict`` (haystack's dataclasses) converted to dicts first,
+    as haystack-ai's ``ToolInvoker`` does. A result JSON cannot encode falls back to ``str()``, with a warning.
 
     :param result: The tool's result.
+    :param convert_result_to_json_string: None for the default rule, True for ``json.dumps``, False for ``str()``.
     :returns: The text of the tool result message.
     """
-    if isinstance(result, str):
+    if convert_result_to_json_string is False:
+        return str(_serializable_value(result))
+    if isinstance(result, str) and convert_result_to_json_string is None:
         return result
     try:  # one pass: json encodes plain data itself and asks _json_default for the rest
         return _RESULT_ENCODER.encode(result)
@@ -363,7 +374,13 @@ def result_to_string(result: Any) -> str:
         pass
     try:  # e.g. keys json does not take (tuples): converted by to_jsonable
         return json.dumps(to_jsonable(result), ensure_ascii=False)
-    except Exception:  # not JSON (or a to_dict that fails, or a cycle): the string form will do
+    except Exception as error:  # not JSON (or a to_dict that fails, or a cycle): the string form will do
+        logger.warning(
+            "Tool result is not JSON serializable. Falling back to str conversion. Result type: {result_type}. "
+            "Error: {error}",
+            result_type=type(result).__name__,
+            error=error,
+        )
         return str(result)
 
 
@@ -379,16 +396,36 @@ def _json_default(value: Any) -> Any:
 _RESULT_ENCODER = json.JSONEncoder(ensure_ascii=False, default=_json_default)
 
 
-def _render(config: Mapping[str, Any], result: Any) -> Any:
+class ResultConversionError(Exception):
+    """
+    An ``outputs_to_string`` handler raised while rendering a tool result (see :func:`conversion_error`).
+
+    :param handler: The handler's name.
+    :param cause: What it raised.
+    """
+
+    def __init__(self, handler: str, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.handler = handler
+        self.cause = cause
+
+
+def _render(config: Mapping[str, Any], result: Any, convert: bool | None) -> Any:
     source = config.get("source")
     value = result.get(source) if source is not None and isinstance(result, Mapping) else result
     handler = config.get("handler")
     if handler is not None:
-        return handler(value)
-    return value if config.get("raw_result") else result_to_string(value)
+        try:
+            return handler(value)
+        except Exception as exc:
+            name = str(getattr(handler, "__name__", None) or type(handler).__name__)
+            raise ResultConversionError(name, exc) from exc
+    return value if config.get("raw_result") else result_to_string(value, convert)
 
 
-def result_message(spec: ToolSpec, tool_call: ToolCall, result: Any) -> ChatMessage:
+def result_message(
+    spec: ToolSpec, tool_call: ToolCall, result: Any, convert_result_to_json_string: bool | None = None
+) -> ChatMessage:
     """
     The tool result message for a successful call, honouring ``outputs_to_string`` as haystack-ai defines it: one
     ``{"source", "handler", "raw_result"}`` config, or a dict of such configs (one entry per output, then JSON).
@@ -396,14 +433,21 @@ def result_message(spec: ToolSpec, tool_call: ToolCall, result: Any) -> ChatMess
     :param spec: The tool.
     :param tool_call: The model's call.
     :param result: What the tool returned.
+    :param convert_result_to_json_string: How a result without a handler is rendered (see
+        :func:`result_to_string`).
     :returns: The tool message.
-    :raises Exception: Whatever an ``outputs_to_string`` handler raises.
+    :raises ResultConversionError: If an ``outputs_to_string`` handler raises.
     """
+    convert = convert_result_to_json_string
     config = spec.outputs_to_string or {}
     if not config or any(k in config for k in ("source", "handler", "raw_result")):
-        return ChatMessage.from_tool(tool_result=_storable(tool_call, _render(config, result)), origin=tool_call)
-    rendered = {name: _render({**sub, "raw_result": False}, result) for name, sub in config.items()}
-    return ChatMessage.from_tool(tool_result=_storable(tool_call, result_to_string(rendered)), origin=tool_call)
+        return ChatMessage.from_tool(
+            tool_result=_storable(tool_call, _render(config, result, convert)), origin=tool_call
+        )
+    rendered = {name: _render({**sub, "raw_result": False}, result, convert) for name, sub in config.items()}
+    return ChatMessage.from_tool(
+        tool_result=_storable(tool_call, result_to_string(rendered, convert)), origin=tool_call
+    )
 
 
 def _storable(tool_call: ToolCall, text: Any) -> Any:
@@ -445,7 +489,28 @@ def execution_error(tool_name: str, exc: BaseException) -> ToolExecutionError:
     :returns: The error, naming the tool and the cause, chained to it.
     """
     cause = _cause(exc)
-    error = ToolExecutionError(tool_name, f"Tool '{tool_name}' failed: {type(cause).__name__}: {cause}")
+    error = ToolExecutionError(tool_name, f"Failed to invoke tool '{tool_name}': {type(cause).__name__}: {cause}")
+    error.__cause__ = cause
+    return error
+
+
+def conversion_error(tool_name: str, exc: BaseException) -> ToolExecutionError:
+    """
+    The error for a result that could not be rendered for the model (an ``outputs_to_string`` handler raised).
+
+    :param tool_name: The tool.
+    :param exc: The handler's error (a :class:`ResultConversionError`), or what else failed while rendering.
+    :returns: The error, naming the tool and the handler, chained to the cause.
+    """
+    if isinstance(exc, ResultConversionError):
+        cause, using = exc.cause, f" using '{exc.handler}'"
+    else:
+        cause, using = exc, ""
+    error = ToolExecutionError(
+        tool_name,
+        f"Tool '{tool_name}': Failed to convert tool result from tool {tool_name}{using}: "
+        f"{type(cause).__name__}: {cause}. The call merged nothing.",
+    )
     error.__cause__ = cause
     return error
 
@@ -459,7 +524,9 @@ def merge_error(tool_name: str, exc: BaseException) -> ToolMergeError:
     :returns: The error, naming the tool and the cause, chained to it.
     """
     error = ToolMergeError(
-        tool_name, f"Tool '{tool_name}': its result could not be merged into the state, which is unchanged: {exc}"
+        tool_name,
+        f"Tool '{tool_name}': Failed to merge tool outputs from tool {tool_name} into State (the state is unchanged): "
+        f"{exc}",
     )
     error.__cause__ = exc
     return error

@@ -77,7 +77,7 @@ class ToolInvoker:
     :param max_workers: How many calls may run at once.
     :param streaming_callback: Receives each tool result as a ``StreamingChunk`` as it is produced.
     :param enable_streaming_callback_passthrough: Pass the streaming callback to tools that take a
-        ``streaming_callback`` parameter.
+        ``streaming_callback`` parameter. ``run(enable_streaming_callback_passthrough=...)`` overrides it per run.
     :param tool_timeout: The most seconds a call may take, for tools without a ``timeout`` of their own
         (``@tool(timeout=...)``); None (the default) for no timeout. A call over time is answered with a
         ``ToolTimeoutError`` and merges nothing: an async tool is cancelled, a sync one is abandoned in its daemon
@@ -86,6 +86,10 @@ class ToolInvoker:
         ``ToolCallLimitError`` and do not run. None for no limit.
     :param store: A long-term memory store (``haystack_state.store``), given to tools through their ``RunContext``
         (``ctx.store``) or a parameter annotated ``Store`` (hidden from the model).
+    :param convert_result_to_json_string: How a tool result without an ``outputs_to_string`` handler becomes the
+        text the model sees. None (the default): a string as it is, any other value as JSON (haystack-ai's Agent's
+        rule). True: ``json.dumps`` of every result, a string too; False: ``str()``, objects with ``to_dict``
+        (haystack's dataclasses) converted to dicts first. True and False are haystack-ai's ``ToolInvoker``'s.
     :raises ValueError: For a ``tool_timeout`` that is not a positive number, or ``max_tool_calls`` below 1.
     """
 
@@ -102,6 +106,7 @@ class ToolInvoker:
         tool_timeout: float | None = None,
         max_tool_calls: int | None = 64,
         store: Store | None = None,
+        convert_result_to_json_string: bool | None = None,
     ) -> None:
         self.tools = tools
         self.store = store
@@ -109,6 +114,7 @@ class ToolInvoker:
         self.max_workers = max_workers
         self.streaming_callback = streaming_callback
         self.enable_streaming_callback_passthrough = enable_streaming_callback_passthrough
+        self.convert_result_to_json_string = convert_result_to_json_string
         self.tool_timeout = check_timeout(tool_timeout, "ToolInvoker tool_timeout")
         self.max_tool_calls = check_max_tool_calls(max_tool_calls, "ToolInvoker max_tool_calls")
         self._specs = tool_specs(tools)
@@ -145,7 +151,11 @@ class ToolInvoker:
             self._current_specs()
 
     def _options(
-        self, tools: ToolsArg | None, context: Any, answers: Mapping[str, Sequence[Any]] | None
+        self,
+        tools: ToolsArg | None,
+        context: Any,
+        answers: Mapping[str, Sequence[Any]] | None,
+        passthrough: bool | None = None,
     ) -> dict[str, Any]:
         """
         What ``run`` and ``run_async`` pass alike to the tool runner (all but the streaming callback), once the
@@ -158,7 +168,8 @@ class ToolInvoker:
             "specs": specs,
             "raise_on_failure": self.raise_on_failure,
             "max_workers": self.max_workers,
-            "passthrough": self.enable_streaming_callback_passthrough,
+            "passthrough": self.enable_streaming_callback_passthrough if passthrough is None else passthrough,
+            "convert_result_to_json_string": self.convert_result_to_json_string,
             "max_tool_calls": self.max_tool_calls,
             "tool_timeout": self.tool_timeout,
             "context": run_context,
@@ -174,6 +185,7 @@ class ToolInvoker:
         streaming_callback: StreamingCallbackT | None = None,
         context: Any = None,
         answers: dict[str, list[Any]] | None = None,
+        enable_streaming_callback_passthrough: bool | None = None,
     ) -> dict[str, Any]:
         """
         Run the tool calls of ``messages``.
@@ -188,6 +200,8 @@ class ToolInvoker:
             deep-copies the inputs of its components, pass ``RunContext(deps=obj)`` to keep ``obj`` itself.
         :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in order. A call that asks
             for more than it is given fails with a ``ToolInterruptedError`` (only an ``Agent`` can wait for a human).
+        :param enable_streaming_callback_passthrough: Overrides the setting given at construction for this run: pass
+            the streaming callback to tools that take a ``streaming_callback`` parameter. None keeps the setting.
         :returns: ``tool_messages``: one tool result per call, in call order; ``state``: the State.
         :raises ToolInvocationError: With ``raise_on_failure=True``, when a call fails.
         :raises TypeError: If ``context`` does not match a tool's ``RunContext[T]`` parameter (before any call runs).
@@ -197,7 +211,7 @@ class ToolInvoker:
             warm_up_tools(tools)
         state = _state_or_new(state)
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
-        options = self._options(tools, context, answers)
+        options = self._options(tools, context, answers, enable_streaming_callback_passthrough)
         tool_messages = run_tool_calls(messages, state, **options, streaming_callback=callback)
         return {"tool_messages": tool_messages, "state": state}
 
@@ -210,6 +224,7 @@ class ToolInvoker:
         streaming_callback: StreamingCallbackT | None = None,
         context: Any = None,
         answers: dict[str, list[Any]] | None = None,
+        enable_streaming_callback_passthrough: bool | None = None,
     ) -> dict[str, Any]:
         """
         Run the tool calls of ``messages`` asynchronously. Same parameters and results as :meth:`run`.
@@ -220,6 +235,7 @@ class ToolInvoker:
         :param streaming_callback: Overrides the callback given at construction for this run (sync or async).
         :param context: The run's dependencies, given to ``RunContext[T]`` parameters (see :meth:`run`).
         :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls (see :meth:`run`).
+        :param enable_streaming_callback_passthrough: Overrides the setting given at construction for this run.
         :returns: ``tool_messages`` and ``state``.
         """
         await self.warm_up_async()
@@ -227,7 +243,7 @@ class ToolInvoker:
             await warm_up_tools_async(tools)
         state = _state_or_new(state)
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
-        options = self._options(tools, context, answers)
+        options = self._options(tools, context, answers, enable_streaming_callback_passthrough)
         tool_messages = await run_tool_calls_async(messages, state, **options, streaming_callback=callback)
         return {"tool_messages": tool_messages, "state": state}
 
@@ -248,6 +264,7 @@ class ToolInvoker:
             tool_timeout=self.tool_timeout,
             max_tool_calls=self.max_tool_calls,
             store=self.store.to_dict() if self.store is not None else None,
+            convert_result_to_json_string=self.convert_result_to_json_string,
         )
 
     @classmethod

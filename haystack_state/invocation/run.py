@@ -27,6 +27,7 @@ from haystack_state.interrupts import ToolInterrupt, interrupt_scope
 from haystack_state.invocation.calls import (
     PlannedCall,
     call_arguments,
+    conversion_error,
     error_message,
     execution_error,
     merge_error,
@@ -71,6 +72,9 @@ class ToolBatch:
         model as an error tool result.
     :param streaming_callback: Receives each tool result as a ``StreamingChunk`` as soon as it is merged.
     :param passthrough: Pass the streaming callback to tools that take a ``streaming_callback`` parameter.
+    :param convert_result_to_json_string: How results are rendered for the model: None for haystack-ai's Agent's
+        rule (strings as they are, other values as JSON), True for ``json.dumps``, False for ``str()`` (see
+        :func:`~haystack_state.invocation.calls.result_to_string`).
     :param context: The run's ``RunContext``, passed to the tools' ``RunContext`` parameters.
     :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in order.
     :param hold: The ids of calls that must not run (they and the calls that depend on them are pending).
@@ -88,6 +92,7 @@ class ToolBatch:
         raise_on_failure: bool,
         streaming_callback: StreamingCallbackT | None = None,
         passthrough: bool = False,
+        convert_result_to_json_string: bool | None = None,
         context: RunContext[Any] | None = None,
         answers: Mapping[str, Sequence[Any]] | None = None,
         hold: Collection[str] = (),
@@ -99,6 +104,7 @@ class ToolBatch:
         self.raise_on_failure = raise_on_failure
         self.streaming_callback = streaming_callback
         self.passthrough = passthrough
+        self.convert_result_to_json_string = convert_result_to_json_string
         self.context = context if context is not None else RunContext(deps=None)
         self.answers = answers or {}
         self.on_call = on_call
@@ -334,9 +340,9 @@ class ToolBatch:
             # Render first: a call whose result cannot be rendered (an outputs_to_string handler raises) fails, and a
             # failed call merges nothing.
             try:
-                message = result_message(spec, call.tool_call, outcome)
+                message = result_message(spec, call.tool_call, outcome, self.convert_result_to_json_string)
             except Exception as exc:
-                error = execution_error(spec.name, exc)
+                error = conversion_error(spec.name, exc)
             else:
                 writes = (staged.writes if staged is not None else []) + state_writes(spec, outcome)
                 try:
@@ -442,6 +448,7 @@ def run_tool_batch(
     max_workers: int = 4,
     streaming_callback: Callable[[StreamingChunk], None] | None = None,
     passthrough: bool = False,
+    convert_result_to_json_string: bool | None = None,
     context: RunContext[Any] | None = None,
     answers: Mapping[str, Sequence[Any]] | None = None,
     hold: Collection[str] = (),
@@ -469,6 +476,7 @@ def run_tool_batch(
     :param max_workers: How many calls may run at once.
     :param streaming_callback: Receives each tool result as it is merged, then a final ``tool_call_results`` chunk.
     :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
+    :param convert_result_to_json_string: How results are rendered for the model (see :class:`ToolBatch`).
     :param context: The run's ``RunContext``, passed as it is to the tools' ``RunContext`` parameters (a
         ``RunContext(deps=None)`` if None). Check it first with :func:`~haystack_state.runtime.check_tool_deps`.
     :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in the order it asks.
@@ -492,6 +500,7 @@ def run_tool_batch(
         raise_on_failure=raise_on_failure,
         streaming_callback=streaming_callback,
         passthrough=passthrough,
+        convert_result_to_json_string=convert_result_to_json_string,
         context=context,
         answers=answers,
         hold=hold,
@@ -569,6 +578,7 @@ def run_tool_calls(
     max_workers: int = 4,
     streaming_callback: Callable[[StreamingChunk], None] | None = None,
     passthrough: bool = False,
+    convert_result_to_json_string: bool | None = None,
     context: RunContext[Any] | None = None,
     answers: Mapping[str, Sequence[Any]] | None = None,
     max_tool_calls: int | None = 64,
@@ -588,6 +598,7 @@ def run_tool_calls(
     :param max_workers: How many calls may run at once.
     :param streaming_callback: Receives each tool result as it is merged, then a final ``tool_call_results`` chunk.
     :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
+    :param convert_result_to_json_string: How results are rendered for the model (see :class:`ToolBatch`).
     :param context: The run's ``RunContext``, passed as it is to the tools' ``RunContext`` parameters (a
         ``RunContext(deps=None)`` if None). Check it first with :func:`~haystack_state.runtime.check_tool_deps`.
     :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in the order it asks.
@@ -605,6 +616,7 @@ def run_tool_calls(
         max_workers=max_workers,
         streaming_callback=streaming_callback,
         passthrough=passthrough,
+        convert_result_to_json_string=convert_result_to_json_string,
         context=context,
         answers=answers,
         on_interrupt="fail",
@@ -623,6 +635,7 @@ async def run_tool_batch_async(
     max_workers: int = 4,
     streaming_callback: StreamingCallbackT | None = None,
     passthrough: bool = False,
+    convert_result_to_json_string: bool | None = None,
     context: RunContext[Any] | None = None,
     answers: Mapping[str, Sequence[Any]] | None = None,
     hold: Collection[str] = (),
@@ -646,6 +659,7 @@ async def run_tool_batch_async(
     :param streaming_callback: Receives (sync) or is awaited with (async) each tool result as it is merged, then a
         final ``tool_call_results`` chunk.
     :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
+    :param convert_result_to_json_string: How results are rendered for the model (see :class:`ToolBatch`).
     :param context: The run's ``RunContext``, passed as it is to the tools' ``RunContext`` parameters (a
         ``RunContext(deps=None)`` if None). Check it first with :func:`~haystack_state.runtime.check_tool_deps`.
     :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in the order it asks.
@@ -666,6 +680,7 @@ async def run_tool_batch_async(
         raise_on_failure=raise_on_failure,
         streaming_callback=streaming_callback,
         passthrough=passthrough,
+        convert_result_to_json_string=convert_result_to_json_string,
         context=context,
         answers=answers,
         hold=hold,
@@ -728,6 +743,7 @@ async def run_tool_calls_async(
     max_workers: int = 4,
     streaming_callback: StreamingCallbackT | None = None,
     passthrough: bool = False,
+    convert_result_to_json_string: bool | None = None,
     context: RunContext[Any] | None = None,
     answers: Mapping[str, Sequence[Any]] | None = None,
     max_tool_calls: int | None = 64,
@@ -747,6 +763,7 @@ async def run_tool_calls_async(
     :param streaming_callback: Receives (sync) or is awaited with (async) each tool result as it is merged, then a
         final ``tool_call_results`` chunk.
     :param passthrough: Pass ``streaming_callback`` to tools that take a ``streaming_callback`` parameter.
+    :param convert_result_to_json_string: How results are rendered for the model (see :class:`ToolBatch`).
     :param context: The run's ``RunContext``, passed as it is to the tools' ``RunContext`` parameters (a
         ``RunContext(deps=None)`` if None). Check it first with :func:`~haystack_state.runtime.check_tool_deps`.
     :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in the order it asks.
@@ -764,6 +781,7 @@ async def run_tool_calls_async(
         max_workers=max_workers,
         streaming_callback=streaming_callback,
         passthrough=passthrough,
+        convert_result_to_json_string=convert_result_to_json_string,
         context=context,
         answers=answers,
         on_interrupt="fail",

@@ -175,7 +175,11 @@ def tool_specs(tools: list[Tool | Toolset] | Toolset | None) -> dict[str, ToolSp
     for item in flatten_tools_or_toolsets(tools):
         if item.name in specs:
             raise ToolDefinitionError(
-                item.name, [f"Tool '{item.name}': two tools have this name; tool names must be unique."]
+                item.name,
+                [
+                    f"Tool '{item.name}': Duplicate tool names found (two tools have this name); tool names must "
+                    "be unique."
+                ],
             )
         specs[item.name] = tool_spec(item)
     return specs

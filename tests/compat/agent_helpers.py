@@ -25,7 +25,15 @@ AGENT_IDS = ["haystack", "ours"]
 #: The outputs our Agent adds to haystack-ai's (the README lists them).
 OUR_EXTRA_OUTPUTS = {"context_tokens", "pending_tool_calls", "pending_interrupts", "checkpoint_id"}
 #: The inputs our Agent may add to haystack-ai's: durable threads, and a run's dependencies.
-OUR_EXTRA_INPUTS = {"thread_id", "checkpoint_id", "context", "store", "on_unfinished_calls", "run_id"}
+OUR_EXTRA_INPUTS = {
+    "thread_id",
+    "checkpoint_id",
+    "context",
+    "store",
+    "on_unfinished_calls",
+    "run_id",
+    "enable_streaming_callback_passthrough",
+}
 
 
 @pytest.fixture(params=AGENT_CLASSES, ids=AGENT_IDS)
