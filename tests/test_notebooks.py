@@ -9,6 +9,9 @@ Python cannot take over. Each notebook also runs with ``OPENAI_API_KEY`` set, it
 OpenAI-compatible server (``fake_openai``) playing the model: the cell that picks the generator takes haystack's
 ``OpenAIChatGenerator``, and the rest of the notebook must work with it unchanged.
 
+Some cells plot with matplotlib (in the ``dev`` extra), in the kernel's inline backend: a plot is compared by what
+the figure is (``<Figure size 800x350 with 1 Axes>``), never by its PNG bytes, which differ across matplotlib releases.
+
 When a change in the library changes what a notebook shows, refresh the committed outputs with::
 
     HAYSTACK_TELEMETRY_ENABLED=False python tests/test_notebooks.py
@@ -49,10 +52,18 @@ DESCRIPTIONS = {
     "03_agent_and_threads": "this run&#x27;s searches (reset every run)",
     "04_context_memory_events_and_interrupts": "who is talking (given to each run)",
 }
+# How many cells of each notebook show a plot (a PNG): state size per checkpoint; tokens sent and messages stored.
+PLOTS = {
+    "01_state_and_handlers": 0,
+    "02_tools_and_the_invoker": 0,
+    "03_agent_and_threads": 1,
+    "04_context_memory_events_and_interrupts": 1,
+}
 
 # What differs from one execution to the next: checkpoint ids and times.
 _VOLATILE = [
     (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "<id>"),
+    (re.compile(r'title="<id>">[0-9a-f-]+</td>'), 'title="<id>"><short id></td>'),  # the history table's short ids
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00"), "<time>"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"), "<time>"),
     (re.compile(r"datetime\.datetime\([^)]*\)\)?"), "<time>"),
@@ -71,6 +82,19 @@ class _ThisPython(KernelSpecManager):
         )
 
 
+def _load_matplotlib() -> None:
+    """
+    Import matplotlib, which the notebooks plot with, so that it builds its font cache here rather than in a kernel
+    (where "Matplotlib is building the font cache" would be an output of its own).
+
+    :raises ImportError: If matplotlib is not installed.
+    """
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except ImportError as exc:
+        raise ImportError('The notebooks plot with matplotlib: install it with `pip install -e ".[dev]"`.') from exc
+
+
 def execute(path: Path, workdir: Path, openai: dict[str, str] | None = None) -> Any:
     """
     Run a notebook top to bottom, offline, with ``workdir`` as the kernel's working directory.
@@ -81,12 +105,15 @@ def execute(path: Path, workdir: Path, openai: dict[str, str] | None = None) -> 
         kernel has no ``OPENAI_API_KEY``.
     :returns: The executed notebook.
     :raises nbclient.exceptions.CellExecutionError: If a cell raises.
+    :raises ImportError: If matplotlib is not installed.
     """
+    _load_matplotlib()
     notebook = nbformat.read(path, as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    env = {key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"}
+    # Without MPLBACKEND, the kernel plots with its inline backend (a PNG per figure), whatever this shell uses.
+    env = {key: value for key, value in os.environ.items() if key not in ("OPENAI_API_KEY", "MPLBACKEND")}
     env["HAYSTACK_TELEMETRY_ENABLED"] = "False"
     env["IPYTHONDIR"] = str(workdir / ".ipython")
     env.update(openai or {})
@@ -105,7 +132,7 @@ def execute(path: Path, workdir: Path, openai: dict[str, str] | None = None) -> 
 def _outputs(notebook: Any) -> list[list[tuple[str, str]]]:
     """
     Per code cell, its outputs as (kind, text), with ids and times replaced by placeholders, and consecutive stream
-    outputs of one stream joined.
+    outputs of one stream joined. A plot is ``("image/png", "<Figure size ... with N Axes>")``: not its bytes.
     """
     cells = []
     for cell in notebook.cells:
@@ -119,6 +146,8 @@ def _outputs(notebook: Any) -> list[list[tuple[str, str]]]:
                     shown[-1] = (output.name, shown[-1][1] + output.text)
                 else:
                     shown.append((output.name, output.text))
+            elif output.output_type in ("execute_result", "display_data") and "image/png" in output.data:
+                shown.append(("image/png", output.data.get("text/plain", "")))
             elif output.output_type in ("execute_result", "display_data"):
                 # What a reader sees: the HTML where there is one (its plain-text fallback is a repr of internals).
                 mime = "text/html" if "text/html" in output.data else "text/plain"
@@ -131,8 +160,25 @@ def _outputs(notebook: Any) -> list[list[tuple[str, str]]]:
     return cells
 
 
+def _plots(notebook: Any) -> int:
+    """The number of code cells that show a plot."""
+    return sum(any(kind == "image/png" for kind, _ in cell) for cell in _outputs(notebook))
+
+
 def test_the_notebooks_are_there() -> None:
-    assert [path.stem for path in NOTEBOOKS] == list(TABLES)
+    assert [path.stem for path in NOTEBOOKS] == list(TABLES) == list(PLOTS)
+
+
+@pytest.mark.slow
+def test_the_committed_notebooks_show_their_plots() -> None:
+    plots = {path.stem: _plots(nbformat.read(path, as_version=4)) for path in NOTEBOOKS}
+    assert plots == PLOTS
+    assert sum(plots.values()) >= 2
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            for output in cell.get("outputs", []):
+                if "image/png" in output.get("data", {}):
+                    assert output.data["image/png"].startswith("iVBORw0KGgo"), "not a PNG"  # b"\x89PNG" in base64
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
@@ -149,6 +195,7 @@ def test_committed_notebook_is_executed_and_clean(path: Path) -> None:
                 assert folder not in text, f"an absolute path in an output of {path.name}: {text[:200]}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_notebook_runs_offline_and_shows_its_state(path: Path, tmp_path: Path) -> None:
     before = sorted(p.name for p in NOTEBOOKS_DIR.iterdir())
@@ -160,6 +207,7 @@ def test_notebook_runs_offline_and_shows_its_state(path: Path, tmp_path: Path) -
     for table in TABLES[path.stem]:
         assert f'<table class="{table}">' in html, f"{path.name} shows no {table} table"
     assert f"<td>{DESCRIPTIONS[path.stem]}</td>" in html  # field descriptions appear in the State table
+    assert _plots(executed) == PLOTS[path.stem], f"{path.name} shows {_plots(executed)} plots"
     streams = "".join(text for cell in fresh for kind, text in cell if kind in ("stdout", "stderr"))
     assert not re.search(r"\w+Warning:|Traceback", streams), streams
 
@@ -194,6 +242,7 @@ def _model(body: dict[str, Any]) -> Any:
     return "Done."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_notebook_runs_with_openai_when_a_key_is_set(path: Path, tmp_path: Path) -> None:
     # OpenAI's API is out of reach in tests: the generator-picking cell takes OpenAIChatGenerator (the key is set),
@@ -205,6 +254,7 @@ def test_notebook_runs_with_openai_when_a_key_is_set(path: Path, tmp_path: Path)
     html = "".join(text for cell in _outputs(executed) for kind, text in cell if kind == "text/html")
     for table in TABLES[path.stem]:
         assert f'<table class="{table}">' in html
+    assert _plots(executed) == PLOTS[path.stem]
 
 
 def main() -> None:

@@ -81,6 +81,7 @@ def texts(values: dict[str, Any]) -> list[str]:
 # --- behaviour without a thread ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_without_a_thread_id_nothing_is_stored(store: Harness) -> None:
     cp = store.make()
     result = build_agent(cp).run(user("alpha:1"))
@@ -93,6 +94,7 @@ def test_without_a_thread_id_nothing_is_stored(store: Harness) -> None:
 # --- field lifecycle --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_thread_scoped_keys_accumulate_and_run_scoped_keys_reset(store: Harness) -> None:
     cp = store.make()
     agent = build_agent(cp)
@@ -125,6 +127,7 @@ def test_thread_scoped_keys_accumulate_and_run_scoped_keys_reset(store: Harness)
     assert second["checkpoint_id"] == cp.head("t")
 
 
+@pytest.mark.slow
 def test_inputs_are_written_through_the_handlers(store: Harness) -> None:
     cp = store.make()
     agent = build_agent(cp)
@@ -149,6 +152,7 @@ def test_a_run_that_changes_nothing_new_commits_no_input_checkpoint(store: Harne
 # --- checkpoints per step -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_checkpoint_after_every_model_reply_and_every_steps_tool_results(store: Harness) -> None:
     cp = store.make()
     agent = build_agent(cp)
@@ -181,6 +185,7 @@ def test_a_checkpoint_after_every_model_reply_and_every_steps_tool_results(store
     assert len({m.checkpoint_id for m in records}) == len(records)
 
 
+@pytest.mark.slow
 def test_get_state_at_an_old_checkpoint_is_the_state_as_it_was_then(store: Harness) -> None:
     cp = store.make()
     seen: dict[str, dict[str, Any]] = {}
@@ -204,6 +209,7 @@ def test_get_state_at_an_old_checkpoint_is_the_state_as_it_was_then(store: Harne
     assert [c.id for c in agent.get_state("t", first_model.checkpoint_id).pending_tool_calls] == ["c1-0"]
 
 
+@pytest.mark.slow
 def test_a_run_from_a_past_checkpoint_forks_and_leaves_the_old_branch_untouched(store: Harness) -> None:
     cp = store.make()
     agent = build_agent(cp)
@@ -348,6 +354,7 @@ def test_hooks_that_change_nothing_commit_nothing(store: Harness) -> None:
 # --- storage --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_steps_checkpoint_stores_the_change_not_the_state(store: Harness) -> None:
     cp = store.make()
     agent = build_agent(cp, max_agent_steps=250)
@@ -378,6 +385,7 @@ def test_a_steps_checkpoint_stores_the_change_not_the_state(store: Harness) -> N
 # --- the codec's allowlist -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_unregistered_class_in_the_state_fails_the_commit_naming_the_key(store: Harness) -> None:
     @dataclasses.dataclass(frozen=True)
     class Invoice:
@@ -438,6 +446,7 @@ def _race(runs: dict[str, Any]) -> dict[str, Any]:
     return outcomes
 
 
+@pytest.mark.slow
 def test_two_runs_on_one_thread_one_holds_it_the_other_is_busy_and_writes_nothing(store: Harness) -> None:
     cp = store.make()
     schema = {"notes": {"type": list[str]}}
@@ -476,6 +485,7 @@ def test_two_runs_on_one_thread_one_holds_it_the_other_is_busy_and_writes_nothin
     assert cp.read_lease("t") is None  # released when the run ended
 
 
+@pytest.mark.slow
 def test_two_runs_finishing_the_same_pending_calls_run_the_tool_once(store: Harness) -> None:
     cp = store.make()
     schema = {"notes": {"type": list[str]}}
@@ -523,6 +533,7 @@ def test_two_runs_finishing_the_same_pending_calls_run_the_tool_once(store: Harn
     assert len(notes) == 1  # one run's tool results, not both
 
 
+@pytest.mark.slow
 def test_runs_on_different_threads_never_block_each_other(store: Harness) -> None:
     cp = store.make()
     barrier = threading.Barrier(2, timeout=30)
@@ -574,6 +585,7 @@ def test_thread_methods_need_a_checkpointer() -> None:
         build_agent(None, interrupt_before=["write"])
 
 
+@pytest.mark.slow
 def test_unknown_threads_and_checkpoints(store: Harness) -> None:
     cp = store.make()
     agent = build_agent(cp)
@@ -617,6 +629,6 @@ def test_checkpoint_history_renders_as_a_table() -> None:
     assert html.count("<tr>") == len(history) + 1  # header and one row per checkpoint
     for header in ("checkpoint", "parent", "step", "source", "tools", "created", "changed keys"):
         assert f"<th>{header}</th>" in html
-    for meta in history:
-        assert f"<td>{meta.checkpoint_id}</td>" in html
+    for meta in history:  # short ids, as the CLI shows them; the full id in the cell's title
+        assert f'<td title="{meta.checkpoint_id}">{meta.checkpoint_id[-8:]}</td>' in html
     assert "<td>write</td>" in html and "<td>tools</td>" in html
