@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib.util
-import io
 import logging
 import socket
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -738,6 +735,7 @@ def policies(draw: st.DrawFn, kind: str) -> Any:
     }[kind]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @settings(max_examples=70, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
@@ -781,6 +779,7 @@ def test_every_policy_keeps_the_invariants(kind: str, data: st.DataObject) -> No
         assert again.summarize is None
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(conversations(), st.integers(0, 50))
 def test_results_without_their_call_are_never_sent(built: tuple[list[ChatMessage], int], position: int) -> None:
@@ -825,6 +824,7 @@ def offline_tiktoken(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.
     return monkeypatch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stalled", [False, True], ids=["refused", "no answer"])
 def test_the_counter_falls_back_to_approximate_when_tiktoken_cannot_load(
     offline_tiktoken: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stalled: bool
@@ -882,6 +882,7 @@ class Watched(Sequence[ChatMessage]):
         return self.items[index]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "make",
     [
@@ -938,25 +939,3 @@ def test_policies_round_trip_through_to_dict(monkeypatch: pytest.MonkeyPatch) ->
     view = ContextView(built.messages, built.turn_starts[-1])
     assert texts(restored.plan(view).messages) == texts(policy.plan(view).messages)
     assert repr(window) == "SlidingWindow(max_turns=4)"
-
-
-# --- the benchmark, as a smoke test -------------------------------------------------------------------------
-
-
-def test_the_context_benchmark_runs() -> None:
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_context.py"
-    spec = importlib.util.spec_from_file_location("bench_context", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_context"] = module
-    try:
-        spec.loader.exec_module(module)
-        output = io.StringIO()
-        with contextlib.redirect_stdout(output):
-            code = module.main(["--quick", "--repeat", "3"], sizes=(60, 200))
-    finally:
-        sys.modules.pop("bench_context", None)
-    assert code == 0
-    text = output.getvalue()
-    for name in ("SlidingWindow(10)", "TokenBudget(8000)", "Summarize(4000, keep 3)", "haystack-ai"):
-        assert name in text

@@ -15,7 +15,7 @@ import pytest
 def test_the_checkpoints_benchmark_reports_the_sql_floor_and_the_long_thread_floors(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_checkpoints.py"
+    path = Path(__file__).resolve().parents[1] / "bench_checkpoints.py"
     spec = importlib.util.spec_from_file_location("bench_checkpoints", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
