@@ -82,6 +82,7 @@ def checkpoint_bytes(path: Path) -> list[int]:
         return [row[0] for row in rows]
 
 
+@pytest.mark.slow
 def test_a_300_turn_thread_stays_within_its_budget_and_keeps_every_message(tmp_path: Path) -> None:
     path = tmp_path / "threads.db"
     generator = ScriptedChatGenerator(policy=model, token_counter=COUNTER, record=5)
@@ -260,6 +261,7 @@ def test_summaries_count_in_token_usage() -> None:
     assert summarized_runs >= 1
 
 
+@pytest.mark.slow
 def test_the_run_on_openai_sends_exactly_the_planned_messages() -> None:
     turns = 14
     with FakeOpenAIServer(policy=lambda body: openai_model(body)) as server:

@@ -208,6 +208,7 @@ replies = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(first=replies, second=replies, threaded=st.booleans())
 def test_replaying_the_state_changes_onto_the_start_gives_the_final_state(

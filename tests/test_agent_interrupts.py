@@ -209,6 +209,7 @@ def run_script(*args: str) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 def test_an_interrupt_is_answered_in_another_process(persistent_store: Harness) -> None:
     if isinstance(persistent_store, SQLiteHarness):
         kind, where = "sqlite", str(persistent_store.path)
@@ -391,6 +392,7 @@ CANCEL_WORKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_cancel_from_another_process_stops_the_run_at_a_step_boundary(persistent_store: Harness, tmp_path: Any) -> None:
     if isinstance(persistent_store, SQLiteHarness):
         kind, where = "sqlite", str(persistent_store.path)
@@ -471,6 +473,7 @@ def test_every_event_type_streams_sync_and_async() -> None:
 # --- a streamed resume ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_resume_streams_its_events_sync_and_async(store: Harness) -> None:
     cp = store.make()
     agent = make([[("transfer", {"amount": 7})], [("transfer", {"amount": 8})], "done"], cp)

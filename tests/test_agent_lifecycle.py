@@ -120,6 +120,7 @@ def test_a_tool_mapping_its_output_to_an_input_key_is_refused_at_construction() 
 MARKER = "loaded-value-7f3c"
 
 
+@pytest.mark.slow
 def test_a_loaded_key_is_computed_at_every_run_and_never_stored(persistent_store: Harness) -> None:
     loads: list[tuple[str | None, int]] = []
 
@@ -198,6 +199,7 @@ def test_loaded_and_private_keys_cannot_be_given_to_run() -> None:
         agent.run(user("x"), scratch="mine")
 
 
+@pytest.mark.slow
 def test_a_loaded_key_is_loaded_again_when_a_run_is_resumed_in_a_new_process(tmp_path: Path) -> None:
     db = tmp_path / "threads.db"
     log = tmp_path / "loads.txt"

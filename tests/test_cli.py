@@ -531,6 +531,7 @@ def console_script() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "haystack_state_cli"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "launcher",
     [

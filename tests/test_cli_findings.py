@@ -218,6 +218,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.slow
 def test_as_an_unprivileged_user(capsys: pytest.CaptureFixture[str]) -> None:
     """Real permissions: a file nobody else may write, in a directory nobody else may write, read as nobody."""
     setpriv = shutil.which("setpriv")
@@ -293,6 +294,7 @@ def _tables(dsn: str, schema: str) -> list[str]:
         return [row[0] for row in conn.execute(query, (schema,))]
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_a_mistyped_schema_creates_nothing(
     postgres_dsn: str, postgres_schema: str, capsys: pytest.CaptureFixture[str]
@@ -340,6 +342,7 @@ def test_a_schema_without_tables_gets_none(
     assert _tables(postgres_dsn, postgres_schema) == []
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_hints_and_messages_keep_the_schema(
     postgres_dsn: str, postgres_schema: str, capsys: pytest.CaptureFixture[str]
@@ -374,6 +377,7 @@ def _run_follow_ups(capsys: pytest.CaptureFixture[str], result: Run) -> list[Run
     return done
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_demo_on_postgresql(postgres_dsn: str, postgres_schema: str, capsys: pytest.CaptureFixture[str]) -> None:
     result = run(capsys, "demo", "--db", postgres_dsn, "--schema", postgres_schema, "--turns", "2")
@@ -389,6 +393,7 @@ def test_demo_on_postgresql(postgres_dsn: str, postgres_schema: str, capsys: pyt
     assert report["thread_id"] == "research-2"
 
 
+@pytest.mark.slow
 def test_demo_with_one_turn_suggests_a_diff_of_two_checkpoints(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -503,6 +508,7 @@ def test_delete_without_a_terminal_needs_yes(tmp_path: Path, capsys: pytest.Capt
     assert deleted.json() == {"deleted": "research", "checkpoints": count} and deleted.err == ""
 
 
+@pytest.mark.slow
 def test_delete_asks_on_a_real_terminal(tmp_path: Path) -> None:
     """The installed script, its stdin a pseudo-terminal: the question on stderr, the answer typed in."""
     db = demo_db(tmp_path)

@@ -233,6 +233,7 @@ def test_path_without_v1_prefix(generators: list[OpenAIChatGenerator]) -> None:
     assert server.requests[0].path == "/chat/completions"
 
 
+@pytest.mark.slow
 def test_run_async_and_async_streaming(add_tool: Tool) -> None:
     chunks: list[StreamingChunk] = []
 

@@ -80,12 +80,14 @@ def test_merge_lists_does_not_mutate_its_arguments() -> None:
     assert current == [1] and new == [2]
 
 
+@pytest.mark.slow
 @FAST
 @given(items, items)
 def test_merge_lists_equals_list_concatenation(current: list[Any], new: list[Any]) -> None:
     assert merge_lists(current, new) == current + new
 
 
+@pytest.mark.slow
 @FAST
 @given(st.none() | json_values | items, item_or_items)
 def test_merge_lists_agrees_with_haystack_ai(current: Any, new: Any) -> None:
@@ -130,6 +132,7 @@ def test_merge_dicts_rejects_a_non_mapping() -> None:
         merge_dicts({"a": 1}, [("a", 2)])  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @FAST
 @given(json_dicts)
 def test_merge_dicts_with_an_empty_dict_is_the_identity(value: dict[str, Any]) -> None:
@@ -138,6 +141,7 @@ def test_merge_dicts_with_an_empty_dict_is_the_identity(value: dict[str, Any]) -
     assert merge_dicts(None, value) == value
 
 
+@pytest.mark.slow
 @FAST
 @given(json_dicts, json_dicts)
 def test_merge_dicts_is_idempotent_and_new_keys_win(current: dict[str, Any], new: dict[str, Any]) -> None:
@@ -165,6 +169,7 @@ def test_unique_keeps_order_skips_duplicates_within_new_and_accepts_single_items
     assert unique([[1], {"x": [1]}], [[1], {"x": [1]}, {"x": [2]}]) == [[1], {"x": [1]}, {"x": [2]}]
 
 
+@pytest.mark.slow
 @FAST
 @given(items, items)
 def test_unique_is_idempotent(current: list[Any], new: list[Any]) -> None:
@@ -173,6 +178,7 @@ def test_unique_is_idempotent(current: list[Any], new: list[Any]) -> None:
     assert once[: len(current)] == current  # what was there stays, in order
 
 
+@pytest.mark.slow
 @FAST
 @given(items, items)
 def test_unique_appends_exactly_the_missing_items(current: list[Any], new: list[Any]) -> None:
@@ -213,6 +219,7 @@ def test_add_does_not_mutate_and_rejects_mismatches() -> None:
             add(left, right)
 
 
+@pytest.mark.slow
 @FAST
 @given(st.lists(st.integers(), max_size=20))
 def test_add_sums_like_sum(numbers: list[int]) -> None:
@@ -262,6 +269,7 @@ def test_state_appends_equal_a_plain_list_reference_model(writes: list[Any]) -> 
     assert state.has("numbers") is bool(writes)
 
 
+@pytest.mark.slow
 @STATEFUL
 @given(st.lists(item_or_items, max_size=8))
 def test_merge_lists_in_a_state_equals_the_pure_function(writes: list[Any]) -> None:
@@ -273,6 +281,7 @@ def test_merge_lists_in_a_state_equals_the_pure_function(writes: list[Any]) -> N
     assert state.get("values") == expected
 
 
+@pytest.mark.slow
 @STATEFUL
 @given(st.lists(item_or_items, max_size=8))
 def test_merge_lists_as_override_equals_the_schema_handler(writes: list[Any]) -> None:
@@ -284,6 +293,7 @@ def test_merge_lists_as_override_equals_the_schema_handler(writes: list[Any]) ->
     assert by_schema.get("values") == by_override.get("values")
 
 
+@pytest.mark.slow
 @STATEFUL
 @given(st.lists(items, max_size=6))
 def test_unique_in_a_state_equals_the_pure_function(writes: list[list[Any]]) -> None:
@@ -295,6 +305,7 @@ def test_unique_in_a_state_equals_the_pure_function(writes: list[list[Any]]) -> 
     assert state.get("values") == expected
 
 
+@pytest.mark.slow
 @STATEFUL
 @given(st.lists(json_dicts, max_size=6))
 def test_merge_dicts_in_a_state_equals_the_pure_function(writes: list[dict[str, Any]]) -> None:

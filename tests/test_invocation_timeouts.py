@@ -299,6 +299,7 @@ CTRL_C_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("runner", "count"), [("invoker", 1), ("invoker", 3), ("agent", 1), ("agent", 3)])
 def test_ctrl_c_stops_a_sync_run_at_once(tmp_path: Path, runner: str, count: int) -> None:
     script = tmp_path / "ctrl_c.py"

@@ -130,6 +130,7 @@ def test_yaml_round_trip_keeps_the_streaming_callback() -> None:
     assert STREAMED[-1].finish_reason == "tool_call_results"
 
 
+@pytest.mark.slow
 def test_pipeline_from_yaml_runs_asynchronously() -> None:
     loaded = Pipeline.loads(build_pipeline().dumps(), allowed_modules=[__name__])
     check_output(asyncio.run(loaded.run_async(run_inputs())))

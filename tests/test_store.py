@@ -351,6 +351,7 @@ def test_an_embedder_with_the_wrong_dimension_is_a_store_error(backend: Backend)
 # --- TTL ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_items_expire_after_their_ttl(store: Store) -> None:
     store.put(NS, "short", {"text": "fleeting"}, ttl=0.3)
     store.put(NS, "long", {"text": "lasting"}, ttl=dt.timedelta(hours=1))

@@ -491,6 +491,7 @@ def test_recording_can_be_turned_off() -> None:
         ScriptedChatGenerator(script=["a"], record=-1)
 
 
+@pytest.mark.slow
 def test_a_long_run_records_a_bounded_window() -> None:
     generator = ScriptedChatGenerator(policy=echo_policy)
     conversation: list[ChatMessage] = []

@@ -65,6 +65,7 @@ def reference(task: str, **inputs: Any) -> tuple[dict[str, Any], list[Any]]:
 # --- a worker killed with SIGKILL -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("block", "head_source", "pending"),
     [
@@ -112,6 +113,7 @@ def test_a_killed_run_continues_in_another_process_to_the_uninterrupted_state(
     assert len(cp.history("t")) == len(final)  # and no stray branch
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumed_by_a_second_worker_then_continued(persistent_store: Harness, tmp_path: Path) -> None:
     signal_file = tmp_path / "reached"
     spec = store_spec(persistent_store)
@@ -192,6 +194,7 @@ def test_new_messages_after_a_failed_model_call_start_a_new_run(store: Harness) 
     assert result["notes"] == ["alpha-1", "beta-1"]
 
 
+@pytest.mark.slow
 def test_the_step_limit_counts_the_steps_before_the_crash(store: Harness) -> None:
     cp = store.make()
     agent = build_agent(cp, max_agent_steps=3, raise_on_tool_invocation_failure=True)
@@ -232,6 +235,7 @@ def test_a_continued_run_does_not_run_before_run_hooks_again(store: Harness) -> 
 # --- the codec's allowlist across processes ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_loading_a_class_registered_only_in_another_process_fails_without_importing_it(
     persistent_store: Harness,
 ) -> None:

@@ -279,6 +279,7 @@ def test_resume_and_run_are_refused_where_they_do_not_fit() -> None:
 # --- across processes ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_interrupt_in_one_process_and_resume_in_another(persistent_store: Harness, tmp_path: Path) -> None:
     spec = store_spec(persistent_store)
     with Worker("--store", spec, "--thread", "t", "--message", "alpha:2", "--interrupt") as worker:

@@ -10,12 +10,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from haystack.dataclasses import ChatMessage
 
 from haystack_state import Agent, tool
 from haystack_state.persistence import SQLiteCheckpointer
 from haystack_state.persistence.leases import Renewer
 from haystack_state.testing import ScriptedChatGenerator
+
+pytestmark = pytest.mark.slow
 
 LEASE = 0.6
 WORK = 2.0  # more than three lease periods

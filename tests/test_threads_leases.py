@@ -26,6 +26,7 @@ postgres_schema = harness.postgres_schema
 Harness = harness.Harness
 
 
+@pytest.mark.slow
 def test_a_live_run_in_another_process_is_never_taken_over(persistent_store: Harness, tmp_path: Path) -> None:
     signal_file = tmp_path / "reached"
     hold = 3 * WORKER_LEASE_TTL  # the tool blocks for three lease lengths: only renewals keep the thread
@@ -57,6 +58,7 @@ def test_a_live_run_in_another_process_is_never_taken_over(persistent_store: Har
     assert agent.run([ChatMessage.from_user("beta:1")], thread_id="t")["notes"] == ["alpha-1", "alpha-2", "beta-1"]
 
 
+@pytest.mark.slow
 def test_a_crashed_run_is_taken_over_once_its_lease_expires(persistent_store: Harness, tmp_path: Path) -> None:
     signal_file = tmp_path / "reached"
     args = ["--store", store_spec(persistent_store), "--thread", "t", "--message", "alpha:2"]

@@ -56,6 +56,7 @@ def roles(result: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["agent", "run"])
 def test_after_a_crash_finish_runs_the_pending_call_then_takes_the_message(
     persistent_store: Harness, tmp_path: Path, where: str
@@ -80,11 +81,13 @@ def test_after_a_crash_finish_runs_the_pending_call_then_takes_the_message(
     assert build_agent(cp).get_state("t").pending_tool_calls == []
 
 
+@pytest.mark.slow
 def test_after_a_crash_the_default_finishes(persistent_store: Harness, tmp_path: Path) -> None:
     cp = crashed(persistent_store, tmp_path)
     assert build_agent(cp).run(user("beta:1"), thread_id="t")["notes"] == ["alpha-1", "alpha-2", "beta-1"]
 
 
+@pytest.mark.slow
 def test_after_a_crash_close_answers_the_pending_call_with_an_error(persistent_store: Harness, tmp_path: Path) -> None:
     cp = crashed(persistent_store, tmp_path)
     result = build_agent(cp, on_unfinished_calls="close").run(user("beta:1"), thread_id="t")
@@ -100,6 +103,7 @@ def test_after_a_crash_close_answers_the_pending_call_with_an_error(persistent_s
     ]
 
 
+@pytest.mark.slow
 def test_after_a_crash_refuse_names_both_ways_out_and_writes_nothing(persistent_store: Harness, tmp_path: Path) -> None:
     cp = crashed(persistent_store, tmp_path)
     agent = build_agent(cp, on_unfinished_calls="refuse")

@@ -259,6 +259,7 @@ def test_per_run_generation_kwargs_reach_the_generator(agent_class: Any) -> None
     assert [c.generation_kwargs for c in model.calls] == [{"temperature": 0.1}] * 2
 
 
+@pytest.mark.slow
 def test_per_run_generation_kwargs_merge_with_the_generators_own_over_http(agent_class: Any) -> None:
     with FakeOpenAIServer(script=["one"]) as server:
         generator = OpenAIChatGenerator(
@@ -468,6 +469,7 @@ def shape(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+@pytest.mark.slow
 def test_an_agent_as_a_component_tool_shows_the_same_parameters_without_thread_inputs() -> None:
     schemas = [
         ComponentTool(cls(chat_generator=scripted("x"), state_schema=NOTES), name="sub", description="d").parameters
@@ -481,6 +483,7 @@ def test_an_agent_as_a_component_tool_shows_the_same_parameters_without_thread_i
     assert "thread_id" not in schemas[1]["properties"] and "checkpoint_id" not in schemas[1]["properties"]
 
 
+@pytest.mark.slow
 def test_haystacks_component_tool_shows_our_agents_thread_inputs() -> None:
     """A known limit: haystack-ai's ComponentTool cannot be told to hide inputs; use ours for an Agent (README)."""
     made = HaystackComponentTool(Agent(chat_generator=scripted("x")), name="sub", description="d")

@@ -865,6 +865,7 @@ def test_pipeline_component_fails() -> None:
         ComponentTool(component=comp)
 
 
+@pytest.mark.slow
 def test_jinja_based_component_tool_passed_at_run_time_through_a_pipeline() -> None:
     # haystack-ai's version mocks the OpenAI client; here the request goes over HTTP to the local fake server, and
     # the Pipeline deep-copies the tool (with its Jinja template) on the way in

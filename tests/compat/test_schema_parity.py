@@ -65,6 +65,7 @@ def test_the_corpus_is_large_and_mostly_comparable() -> None:
     assert {case.kind for case in MATCHING} == {"function", "component"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", MATCHING, ids=[case.id for case in MATCHING])
 def test_schema_and_description_equal_haystack_ai(case: Case) -> None:
     theirs = haystack_tool(case)
@@ -107,6 +108,7 @@ def test_valid_arguments_pass_validation_and_run(case: Case, arguments: dict[str
     assert result.error is False, result.result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "arguments", "name"),
     INVALID,

@@ -110,6 +110,7 @@ COMMITS: list[tuple[dict[str, Any], str | None, str, str]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kwargs", "key", "subject", "path"), COMMITS, ids=[s for _, _, s, _ in COMMITS])
 def test_a_commit_with_a_lone_surrogate_names_the_key_and_writes_nothing(
     checkpointer: Checkpointer, kwargs: dict[str, Any], key: str | None, subject: str, path: str
@@ -162,6 +163,7 @@ def _commit_thread(cp: Checkpointer) -> tuple[str, str]:
     return thread_id, meta.checkpoint_id
 
 
+@pytest.mark.slow
 @persistent
 def test_a_lone_surrogate_written_straight_into_a_checkpoint_reads_back_replaced_with_a_warning(
     backend: Harness, caplog: pytest.LogCaptureFixture
@@ -249,6 +251,7 @@ def _store_metadata(storage: ServerStorage, thread_id: str, text: Any) -> None:
         cur.change(f"UPDATE {{threads}} SET metadata = {cast} WHERE thread_id = :id", {"m": text, "id": thread_id})
 
 
+@pytest.mark.slow
 def test_a_lone_surrogate_in_a_stored_thread_record_reads_back_replaced_and_is_listed(
     storage: ServerStorage, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -276,6 +279,7 @@ def test_a_lone_surrogate_in_a_stored_thread_record_reads_back_replaced_and_is_l
     assert again is not None and again.metadata["note"] == "a\ufffdb" and not warnings_about(caplog, ids[1])
 
 
+@pytest.mark.slow
 def test_metadata_the_database_cannot_query_never_fails_a_search_or_a_count(
     storage: ServerStorage, caplog: pytest.LogCaptureFixture
 ) -> None:

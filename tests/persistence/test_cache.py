@@ -178,6 +178,7 @@ def test_committed_objects_are_not_captured_by_the_cache(checkpointer: Checkpoin
 # --- warm reads equal cold ones -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_warm_reads_equal_cold_reads_value_for_value(backend: Harness) -> None:
     cp, thread = backend.make(), new_thread()
     values = rich_values()
@@ -203,6 +204,7 @@ def test_warm_reads_equal_cold_reads_value_for_value(backend: Harness) -> None:
         assert fresh.get(thread).values == warm and shape(fresh.get(thread).values) == shape(warm)
 
 
+@pytest.mark.slow
 def test_the_head_is_read_from_the_cache_after_many_commits(backend: Harness) -> None:
     cp = backend.make()
     fetched: list[int] = []
@@ -224,6 +226,7 @@ def test_the_head_is_read_from_the_cache_after_many_commits(backend: Harness) ->
     assert fetched == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache_size", [0, 2])
 def test_commits_read_no_parent_record_with_more_threads_than_cached(backend: Harness, cache_size: int) -> None:
     # A server runs more threads at once than its cache keeps states for: their commits still decide on snapshots

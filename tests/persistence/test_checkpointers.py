@@ -117,6 +117,7 @@ def test_materialization_applies_extend_replace_and_delete(checkpointer: Checkpo
     }
 
 
+@pytest.mark.slow
 def test_time_travel_reads_every_checkpoint_exactly(checkpointer: Checkpointer) -> None:
     thread = new_thread()
     deltas: list[dict[str, Any]] = []
@@ -245,6 +246,7 @@ def _race(writers: list[Checkpointer], thread: str, parent: str | None) -> list[
     return sorted(outcomes)
 
 
+@pytest.mark.slow
 def test_racing_writers_on_one_thread_exactly_one_wins(backend: Harness) -> None:
     first = backend.make()
     # Two threads sharing one checkpointer; with persistent storage also two checkpointers (as two processes).
@@ -281,6 +283,7 @@ def test_writers_of_different_threads_all_succeed(checkpointer: Checkpointer) ->
         assert checkpointer.get(thread).values == {"log": list(range(15))}
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_postgres_writers_wait_only_for_writers_of_the_same_thread(postgres_dsn: str, postgres_schema: str) -> None:
     from psycopg import sql
@@ -317,6 +320,7 @@ def test_postgres_writers_wait_only_for_writers_of_the_same_thread(postgres_dsn:
 # --- threads -------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_list_and_delete_threads(checkpointer: Checkpointer) -> None:
     cp = checkpointer
     assert cp.list_threads() == []
@@ -356,6 +360,7 @@ def test_unknown_threads_and_checkpoints(checkpointer: Checkpointer) -> None:
 # --- failures write nothing; corrupt data is reported --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_unencodable_value_raises_naming_its_key_and_writes_nothing(checkpointer: Checkpointer) -> None:
     cp, thread = checkpointer, new_thread()
     bad = {
@@ -396,6 +401,7 @@ def test_an_unencodable_value_raises_naming_its_key_and_writes_nothing(checkpoin
     assert cp.get(thread).values == {"log": [1]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("column", "text", "expected"),
     [
@@ -489,6 +495,7 @@ def test_closed_checkpointer_refuses_work(backend: Harness) -> None:
 # --- storage grows with the change, not with the thread ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bytes_written_per_step_stay_flat(backend: Harness) -> None:
     cp, thread = backend.make(), new_thread()
     steps, window = 800, 100
@@ -521,6 +528,7 @@ def test_bytes_written_per_step_stay_flat(backend: Harness) -> None:
         assert backend.make().get(thread).values == values
 
 
+@pytest.mark.slow
 def test_reading_the_head_only_fetches_new_checkpoints(backend: Harness) -> None:
     cp = backend.make()
     fetched: list[int] = []

@@ -99,6 +99,7 @@ values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(values)
 def test_nested_builtin_values_round_trip_exactly(value: Any) -> None:
@@ -527,6 +528,7 @@ def test_every_builtin_tag_is_reserved() -> None:
 # --- decoding freshly parsed data in place (owned=True, what cold reads do) -------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(values)
 def test_owned_decoding_gives_the_same_values(value: Any) -> None:

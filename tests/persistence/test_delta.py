@@ -57,6 +57,7 @@ _DELTAS = st.lists(st.dictionaries(_KEYS, _OPS, max_size=3), max_size=8)
 _BASES = st.dictionaries(_KEYS, st.one_of(st.integers(0, 9), st.lists(st.integers(0, 9), max_size=3)), max_size=3)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_DELTAS, _BASES)
 def test_composed_deltas_act_like_the_deltas_one_by_one(deltas: list[dict[str, Any]], base: dict[str, Any]) -> None:
@@ -74,6 +75,7 @@ def test_composed_deltas_act_like_the_deltas_one_by_one(deltas: list[dict[str, A
         assert {key for key, op in composed.items() if op["op"] == "extend"} <= set(origins)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_DELTAS)
 def test_composing_from_an_empty_state_blames_the_first_broken_extend(deltas: list[dict[str, Any]]) -> None:
@@ -169,6 +171,7 @@ def test_a_snapshot_text_built_a_slice_at_a_time_is_the_text_of_the_whole_state(
     assert len(from_json(text)["messages"]) == length
 
 
+@pytest.mark.slow
 def test_a_large_paused_block_hands_what_it_built_to_the_old_generation_and_cycles_are_still_collected() -> None:
     class Node:
         def __init__(self) -> None:
@@ -200,6 +203,7 @@ def test_a_large_paused_block_hands_what_it_built_to_the_old_generation_and_cycl
     assert ref() is None, "a cycle built inside the block is never freed"
 
 
+@pytest.mark.slow
 def test_a_paused_block_leaves_the_processs_frozen_generation_alone() -> None:
     gc.collect()
     gc.freeze()
@@ -215,6 +219,7 @@ def test_a_paused_block_leaves_the_processs_frozen_generation_alone() -> None:
         gc.unfreeze()
 
 
+@pytest.mark.slow
 def test_a_small_paused_block_leaves_its_objects_young() -> None:
     gc.collect()
     with paused_gc():

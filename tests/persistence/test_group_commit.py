@@ -42,6 +42,7 @@ def _append(
     )
 
 
+@pytest.mark.slow
 def test_many_concurrent_async_commits_all_apply_in_order(backend: Harness) -> None:
     threads = [_thread() for _ in range(30)]
 

@@ -75,6 +75,7 @@ def test_nul_and_unusual_text_are_stored_in_every_field_and_read_back_exactly(ba
     assert reader.get(thread).values["messages"][-1].text == "still usable"
 
 
+@pytest.mark.slow
 def test_hostile_text_in_concurrent_async_commits_is_stored_exactly(backend: Harness) -> None:
     """The async commits of concurrent runs (one group commit on PostgreSQL, new threads and appends) store it too."""
     cp = backend.make()
@@ -340,6 +341,7 @@ def test_a_dead_pooled_connection_is_retried_before_anything_runs(backend: Harne
     assert cp.acquire_lease(thread).thread_id == thread
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_dead_async_connections_are_retried_and_each_grouped_commit_applies_once(backend: Harness) -> None:
     """The connections of the event loop die between two rounds of grouped commits (a server restart, a proxy)."""

@@ -151,6 +151,7 @@ def test_the_usual_messages_take_the_fast_paths() -> None:
         assert decode_chat_message(from_json(to_json(data)), codec._decode, False) is not None
 
 
+@pytest.mark.slow
 def test_a_state_built_from_a_read_only_checkpoint_holds_each_message_once(tmp_path: Any) -> None:
     import gc
 

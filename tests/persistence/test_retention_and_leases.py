@@ -156,6 +156,7 @@ def test_lease_arguments_are_checked(checkpointer: Checkpointer) -> None:
 # --- async twins ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_async_methods_read_and_write_what_the_sync_ones_do(backend: Harness) -> None:
     cp = backend.make()
     thread = new_thread()
@@ -220,6 +221,7 @@ def test_history_pages_from_newest_to_oldest(checkpointer: Checkpointer) -> None
 # --- TTL and prune ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_expired_thread_is_invisible_then_pruned(backend: Harness) -> None:
     cp = backend.make()
     kept, doomed = new_thread(), new_thread()
@@ -246,6 +248,7 @@ def test_an_expired_thread_is_invisible_then_pruned(backend: Harness) -> None:
         cp.set_ttl(kept, -1)
 
 
+@pytest.mark.slow
 def test_a_thread_ttl_is_counted_from_its_last_commit(backend: Harness) -> None:
     cp = backend.make(thread_ttl=0.4)
     thread = new_thread()
@@ -258,6 +261,7 @@ def test_a_thread_ttl_is_counted_from_its_last_commit(backend: Harness) -> None:
     assert cp.head(thread) is None
 
 
+@pytest.mark.slow
 def test_pruned_threads_read_exactly_as_before_at_every_kept_checkpoint(backend: Harness) -> None:
     cp = backend.make(snapshot_min_bytes=10**9)  # no snapshots of its own: pruning must write what it needs
     thread = new_thread()
@@ -297,6 +301,7 @@ def test_pruned_threads_read_exactly_as_before_at_every_kept_checkpoint(backend:
     assert fresh.get(thread).values["messages"][-1] == message(100)
 
 
+@pytest.mark.slow
 def test_prune_by_age_keeps_young_checkpoints_and_skips_a_leased_thread(backend: Harness) -> None:
     cp = backend.make()
     old_thread, busy_thread = new_thread(), new_thread()
@@ -321,6 +326,7 @@ def test_prune_by_age_keeps_young_checkpoints_and_skips_a_leased_thread(backend:
 # --- snapshots --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_snapshots_bound_the_chain_a_cold_read_replays(backend: Harness) -> None:
     cp = backend.make(snapshot_min_bytes=2_000)
     thread = new_thread()

@@ -6,8 +6,8 @@ Fixtures of the reliability tests (issue 7): bad input, properties, crashes, loa
   in the worker processes (which run with ``tests/`` as their working directory and ``PYTHONPATH``).
 - The PostgreSQL fixtures are those of ``tests/persistence/conftest.py``: a fresh schema per test, skipped without a
   server unless ``HAYSTACK_STATE_REQUIRE_POSTGRES=1``.
-- Tests marked ``slow`` (the full counts) are skipped unless the marker expression selects them (``-m slow``); the
-  default suite runs the same tests with smaller counts.
+- Tests marked ``stress`` (the full counts) are skipped unless the marker expression selects them (``-m stress``);
+  the default suite runs the same tests with smaller counts.
 - Every test can ``report`` a figure line; the lines are printed at the end of the session under "reliability
   figures" (``docs/RELIABILITY.md`` quotes them).
 """
@@ -34,12 +34,12 @@ def report() -> Callable[[str], None]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip this folder's ``slow`` tests unless the ``-m`` expression names ``slow``."""
-    if "slow" in (config.option.markexpr or ""):
+    """Skip this folder's ``stress`` tests unless the ``-m`` expression names ``stress``."""
+    if "stress" in (config.option.markexpr or ""):
         return
-    skip = pytest.mark.skip(reason="full counts: run with -m slow (see docs/RELIABILITY.md)")
+    skip = pytest.mark.skip(reason="full counts: run with -m stress (see docs/RELIABILITY.md)")
     for item in items:
-        if item.get_closest_marker("slow") is not None and _HERE in item.path.resolve().parents:
+        if item.get_closest_marker("stress") is not None and _HERE in item.path.resolve().parents:
             item.add_marker(skip)
 
 

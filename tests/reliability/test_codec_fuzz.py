@@ -181,6 +181,7 @@ def hostile_structures(draw: st.DrawFn) -> tuple[Any, str]:
     return data, name
 
 
+@pytest.mark.slow
 @FUZZ_SETTINGS
 @given(case=hostile_structures())
 def test_a_hostile_tag_anywhere_in_random_data_fails_naming_it(case: tuple[Any, str]) -> None:
@@ -207,6 +208,7 @@ tagged_data = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(FUZZ_SETTINGS, max_examples=200)
 @given(data=tagged_data)
 def test_random_tagged_data_decodes_or_fails_with_a_codec_error_only(data: Any) -> None:
@@ -220,6 +222,7 @@ def test_random_tagged_data_decodes_or_fails_with_a_codec_error_only(data: Any) 
 # --- a clean interpreter ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_fresh_interpreter_imports_nothing_while_loading_hostile_data(report: Callable[[str], None]) -> None:
     env = {
         **os.environ,

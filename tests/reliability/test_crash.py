@@ -17,8 +17,8 @@ after it, is still there, and the thread's branch extends the one stored at the 
 shape of the branch equal those of an uninterrupted run.
 
 Workers are forked from a fork server (see ``reliability.forkserver``), several at a time. The number of runs comes
-from ``HAYSTACK_STATE_CRASH_RUNS`` (default: 12 in the default suite, 100 with ``-m slow``), the number of workers at a
-time from ``HAYSTACK_STATE_CRASH_CONCURRENCY`` (default 4), the random seed from ``HAYSTACK_STATE_CRASH_SEED``.
+from ``HAYSTACK_STATE_CRASH_RUNS`` (default: 12 in the default suite, 100 with ``-m stress``), the number of workers
+at a time from ``HAYSTACK_STATE_CRASH_CONCURRENCY`` (default 4), the random seed from ``HAYSTACK_STATE_CRASH_SEED``.
 """
 
 from __future__ import annotations
@@ -234,13 +234,14 @@ def crash_and_resume(store: Harness, folder: Path, runs: int, report: Callable[[
     assert lost == 0 and unreadable == 0
 
 
+@pytest.mark.slow
 def test_killed_runs_resume_without_loss(
     persistent_store: Harness, tmp_path: Path, report: Callable[[str], None]
 ) -> None:
     crash_and_resume(persistent_store, tmp_path, env_count("HAYSTACK_STATE_CRASH_RUNS", DEFAULT_RUNS), report)
 
 
-@pytest.mark.slow
+@pytest.mark.stress
 def test_killed_runs_resume_without_loss_full(
     persistent_store: Harness, tmp_path: Path, report: Callable[[str], None]
 ) -> None:

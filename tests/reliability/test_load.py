@@ -2,7 +2,7 @@
 The concurrency test: worker processes doing many short agent runs on a few shared threads at once.
 
 ``HAYSTACK_STATE_LOAD_PROCS`` workers (default 8) each do ``HAYSTACK_STATE_LOAD_RUNS`` runs (default 25; 100 in the
-``slow`` variant) over ``HAYSTACK_STATE_LOAD_THREADS`` threads (default 8), every run appending one marker, retried on
+``stress`` variant) over ``HAYSTACK_STATE_LOAD_THREADS`` threads (default 8), every run appending one marker, retried on
 ``ThreadConflictError`` (see ``reliability.load_worker``). All workers start together on the same thread, so conflicts
 are forced. The store is empty at first: the workers open it at the same time, so they also race to create its
 tables. Expected, per thread: the stored markers are exactly the markers of the runs that succeeded (0 lost
@@ -36,13 +36,14 @@ from reliability.load_worker import thread_name
 persistent_store = harness.persistent_store  # SQLite (a file) and PostgreSQL (a fresh schema)
 
 
+@pytest.mark.slow
 def test_concurrent_runs_lose_no_update_and_conflicts_surface(
     persistent_store: Harness, tmp_path: Path, report: Callable[[str], None]
 ) -> None:
     load(persistent_store, tmp_path, report, runs=env_count("HAYSTACK_STATE_LOAD_RUNS", 25))
 
 
-@pytest.mark.slow
+@pytest.mark.stress
 def test_concurrent_runs_lose_no_update_and_conflicts_surface_long(
     persistent_store: Harness, tmp_path: Path, report: Callable[[str], None]
 ) -> None:

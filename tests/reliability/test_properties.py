@@ -43,6 +43,8 @@ from haystack_state.persistence import Checkpointer, InMemoryCheckpointer, SQLit
 from reliability.common import record
 
 #: What the examples exercised, reported when the module is done.
+pytestmark = pytest.mark.slow
+
 STATS: collections.Counter[str] = collections.Counter()
 
 

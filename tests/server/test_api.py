@@ -24,6 +24,7 @@ def human(text: str) -> dict[str, Any]:
     return {"messages": [{"type": "human", "content": text}]}
 
 
+@pytest.mark.slow
 def test_users_see_only_their_own_threads(serve: Callable[..., Served]) -> None:
     served = serve(auth=api_key_auth(KEYS))
     alice, bob = served.client(api_key="key-alice"), served.client(api_key="key-bob")
@@ -65,6 +66,7 @@ def test_users_see_only_their_own_threads(serve: Callable[..., Served]) -> None:
     assert served.http(headers={"x-api-key": "wrong"}).post("/threads/search", json={}).status_code == 401
 
 
+@pytest.mark.slow
 @sqlite_only
 def test_a_bad_request_names_the_field_and_writes_nothing(served: Served) -> None:
     http = served.http()
@@ -124,6 +126,7 @@ def _wait_running(http: httpx.Client, thread_id: str, run_id: str) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 @sqlite_only
 def test_run_limits(serve: Callable[..., Served]) -> None:
     served = serve(limits=Limits(max_concurrent_runs=1, max_pending_runs=1))
@@ -143,6 +146,7 @@ def test_run_limits(serve: Callable[..., Served]) -> None:
     assert joined["messages"][-1]["content"] == "echo: later"
 
 
+@pytest.mark.slow
 @sqlite_only
 def test_a_thread_id_of_ones_own_choice_and_if_not_exists(served: Served) -> None:
     client = served.client()
@@ -153,6 +157,7 @@ def test_a_thread_id_of_ones_own_choice_and_if_not_exists(served: Served) -> Non
     assert client.threads.get("made-up")["status"] == "idle"
 
 
+@pytest.mark.slow
 @sqlite_only
 def test_the_root_leads_to_the_inspector(served: Served) -> None:
     http = served.http()

@@ -18,6 +18,8 @@ import pytest
 
 from server.conftest import Backend, Served
 
+pytestmark = pytest.mark.slow
+
 BAD = "\ud800"  # json.dumps writes it as the escape "\ud800", as a client would send it
 
 

@@ -10,9 +10,13 @@ import json
 from importlib.metadata import version
 from typing import Any
 
+import pytest
+
 from haystack_state.server import create_app
 from server.agents import make_agent
 from server.conftest import Backend, LiveServer, Served
+
+pytestmark = pytest.mark.slow
 
 
 def human(text: str) -> dict[str, Any]:

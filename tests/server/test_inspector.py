@@ -49,7 +49,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 if not Path(CHROMIUM).exists():
     pytest.skip(f"no browser at {CHROMIUM} (apt-get install chromium; .ci/run does it)", allow_module_level=True)
 
-pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["sqlite"], indirect=True)]
 
 
 def human(text: str) -> dict[str, Any]:

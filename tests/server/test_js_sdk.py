@@ -35,6 +35,8 @@ from starlette.staticfiles import StaticFiles
 
 from server.conftest import LiveServer, Served
 
+pytestmark = pytest.mark.slow
+
 JS = Path(__file__).resolve().parent.parent / "js"
 SDK = JS / "node_modules" / "@langchain" / "langgraph-sdk"
 ESBUILD = JS / "node_modules" / ".bin" / "esbuild"

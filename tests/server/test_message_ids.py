@@ -31,6 +31,7 @@ def ids(values: dict[str, Any]) -> list[str]:
     return [m["id"] for m in values["messages"]]
 
 
+@pytest.mark.slow
 def test_one_id_per_message_in_the_stream_the_state_and_the_history(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -72,6 +73,7 @@ def test_one_id_per_message_in_the_stream_the_state_and_the_history(served: Serv
     assert ids(final) == ids(client.threads.get_state(thread_id)["values"])
 
 
+@pytest.mark.slow
 def test_a_client_id_is_kept_and_an_edit_by_id_keeps_it(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -116,10 +118,12 @@ def check_system_prompt(served: Served, expected: list[str]) -> None:
     assert served.agent.get_state(thread_id).values["messages"][0].text == PROMPT  # stored either way
 
 
+@pytest.mark.slow
 def test_the_system_prompt_is_not_drawn_as_a_message(served: Served) -> None:
     check_system_prompt(served, ["human", "ai"])
 
 
+@pytest.mark.slow
 def test_wire_system_prompt_draws_it(serve: Callable[..., Served]) -> None:
     served = serve(wire_system_prompt=True)
     check_system_prompt(served, ["system", "human", "ai"])
@@ -127,6 +131,7 @@ def test_wire_system_prompt_draws_it(serve: Callable[..., Served]) -> None:
     assert prompt["content"] == PROMPT and prompt["id"].startswith("system-prompt-")
 
 
+@pytest.mark.slow
 def test_a_system_message_the_client_sent_stays(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -139,6 +144,7 @@ def test_a_system_message_the_client_sent_stays(served: Served) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_messages_stored_without_ids_get_the_same_ids_on_every_read(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]

@@ -80,6 +80,7 @@ def env_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProces
 # --- API keys --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_auth_keys_file_users_and_isolation(keys_server: ServeProcess) -> None:
     with httpx.Client(base_url=keys_server.url, timeout=30) as http:
         assert http.post("/threads", json={}).status_code == 401
@@ -104,6 +105,7 @@ def test_auth_keys_file_users_and_isolation(keys_server: ServeProcess) -> None:
         assert [m["content"] for m in alice.threads.get_state(thread_id)["values"]["messages"]][-1] == "echo: hi"
 
 
+@pytest.mark.slow
 def test_environment_keys(env_server: ServeProcess) -> None:
     with httpx.Client(base_url=env_server.url, timeout=30) as http:
         assert http.post("/threads/search", json={}).status_code == 401
@@ -118,6 +120,7 @@ def test_environment_keys(env_server: ServeProcess) -> None:
         assert refused.value.response.status_code == 404
 
 
+@pytest.mark.slow
 def test_a_malformed_key_file_stops_serve_naming_the_line(tmp_path: Path) -> None:
     keys = tmp_path / "keys.txt"
     keys.write_text("# users\nsecret-key-1=alice\nsecret-key-2 alice\n")
@@ -309,6 +312,7 @@ def test_run_settings_reach_the_run_manager(tmp_path: Path) -> None:
     app.state.server.storage.close()
 
 
+@pytest.mark.slow
 def test_max_concurrent_runs_refuses_a_second_waited_run(keys_server: ServeProcess) -> None:
     key = {"x-api-key": "alice-key-1"}
     with httpx.Client(base_url=keys_server.url, timeout=30, headers=key) as http:

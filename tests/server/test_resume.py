@@ -20,6 +20,8 @@ from langgraph_sdk import get_sync_client
 
 from server.conftest import Backend, ServeProcess
 
+pytestmark = pytest.mark.slow
+
 LEASE_SECONDS = 3.0
 
 

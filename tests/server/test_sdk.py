@@ -16,6 +16,8 @@ from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEnti
 from haystack_state import ThreadNotFoundError
 from server.conftest import Served
 
+pytestmark = pytest.mark.slow
+
 
 def human(text: str) -> dict[str, Any]:
     return {"messages": [{"type": "human", "content": text}]}

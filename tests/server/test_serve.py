@@ -25,6 +25,7 @@ def human(text: str) -> dict[str, Any]:
     return {"messages": [{"type": "human", "content": text}]}
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_two_processes_share_the_runs_of_one_postgres_database(backend: Backend) -> None:
@@ -60,6 +61,7 @@ def contents(values: dict[str, Any]) -> list[Any]:
     return [m["content"] for m in values["messages"] if m["type"] != "system"]
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_two_processes_stream_cancel_and_resume(backend: Backend) -> None:
@@ -121,6 +123,7 @@ def test_two_processes_stream_cancel_and_resume(backend: Backend) -> None:
         second.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_a_run_outlives_its_streams_client_and_can_be_joined(backend: Backend) -> None:
     server = ServeProcess("server.agents:serve_agents", *backend.serve_args).wait_ready()
@@ -149,6 +152,7 @@ def test_a_run_outlives_its_streams_client_and_can_be_joined(backend: Backend) -
         server.stop()
 
 
+@pytest.mark.slow
 def test_the_serve_command_on_sqlite(tmp_path: Path) -> None:
     db = tmp_path / "threads.db"
     server = ServeProcess("server.agents:make_agent", "--db", str(db)).wait_ready()
@@ -201,6 +205,7 @@ def test_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--db /nonexistent-dir/x.db" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_without_the_server_extra_the_error_names_it() -> None:
     code = (
         "import sys\n"

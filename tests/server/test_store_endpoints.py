@@ -16,6 +16,8 @@ from haystack_state.server import api_key_auth
 from haystack_state.store import SQLiteStore, Store
 from server.conftest import Backend, Served
 
+pytestmark = pytest.mark.slow
+
 NS = ["users", "u1", "memories"]
 
 

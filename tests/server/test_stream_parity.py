@@ -18,12 +18,15 @@ import itertools
 from typing import Any
 
 import httpx
+import pytest
 from langgraph_sdk import get_client, get_sync_client
 from langgraph_sdk.errors import NotFoundError, UnprocessableEntityError
 from langgraph_sdk.schema import StreamPart
 
 from server.conftest import Backend, Served, ServeProcess
 from server.test_streams import contents, human, wait_for_input
+
+pytestmark = pytest.mark.slow
 
 MODES = ["values", "updates", "messages-tuple"]
 

@@ -39,6 +39,7 @@ def wait_for_input(client: Any, thread_id: str, text: str, timeout: float = 30) 
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_values_after_each_checkpoint(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -52,6 +53,7 @@ def test_values_after_each_checkpoint(served: Served) -> None:
     assert parts[-1].data == client.threads.get_state(thread_id)["values"]  # the last values are the thread's
 
 
+@pytest.mark.slow
 def test_updates_name_the_checkpoint_source(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -68,6 +70,7 @@ def test_updates_name_the_checkpoint_source(served: Served) -> None:
     assert all("topic" not in next(iter(u.values())) for u in updates)  # unchanged keys are not sent
 
 
+@pytest.mark.slow
 def test_messages_stream_the_model_tokens(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -98,6 +101,7 @@ def test_messages_stream_the_model_tokens(served: Served) -> None:
     assert "".join(p["data"][0]["content"] for p in v2[1:]) == "echo: hi"
 
 
+@pytest.mark.slow
 def test_several_modes_at_once(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -118,6 +122,7 @@ def test_several_modes_at_once(served: Served) -> None:
     assert contents(last_values["data"])[-1] == "echo: again"
 
 
+@pytest.mark.slow
 def test_unsupported_modes_are_refused(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -128,6 +133,7 @@ def test_unsupported_modes_are_refused(served: Served) -> None:
     assert client.runs.list(thread_id) == []  # nothing was queued
 
 
+@pytest.mark.slow
 def test_an_interrupt_ends_the_values_and_updates(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -145,6 +151,7 @@ def test_an_interrupt_ends_the_values_and_updates(served: Served) -> None:
     assert client.threads.get(thread_id)["status"] == "idle"
 
 
+@pytest.mark.slow
 def test_join_a_background_run_in_some_of_its_modes(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -157,6 +164,7 @@ def test_join_a_background_run_in_some_of_its_modes(served: Served) -> None:
         list(client.runs.join_stream(thread_id, run["run_id"], stream_mode="messages"))
 
 
+@pytest.mark.slow
 def test_a_client_that_disconnects_can_join_again(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -172,6 +180,7 @@ def test_a_client_that_disconnects_can_join_again(served: Served) -> None:
     assert client.runs.get(thread_id, run_id)["status"] == "success"
 
 
+@pytest.mark.slow
 def test_cancel_a_running_run(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -189,6 +198,7 @@ def test_cancel_a_running_run(served: Served) -> None:
     assert contents(values)[-2:] == ["next", "echo: next"]
 
 
+@pytest.mark.slow
 def test_cancel_a_streamed_run_from_another_client(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -200,6 +210,7 @@ def test_cancel_a_streamed_run_from_another_client(served: Served) -> None:
     assert client.runs.get(thread_id, metadata.data["run_id"])["status"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_cancel_with_rollback_restores_the_thread(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -221,6 +232,7 @@ def test_cancel_with_rollback_restores_the_thread(served: Served) -> None:
     assert contents(client.runs.join(thread_id, pending["run_id"]))[-1] == "slept 0.3"
 
 
+@pytest.mark.slow
 def test_cancel_refuses_an_unknown_action(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -231,6 +243,7 @@ def test_cancel_refuses_an_unknown_action(served: Served) -> None:
     assert client.runs.get(thread_id, run["run_id"])["status"] == "success"
 
 
+@pytest.mark.slow
 def test_resume_through_a_background_run_and_its_joined_stream(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]
@@ -245,6 +258,7 @@ def test_resume_through_a_background_run_and_its_joined_stream(served: Served) -
     assert client.runs.get(thread_id, run["run_id"])["status"] == "success"
 
 
+@pytest.mark.slow
 def test_stream_events_are_sent_as_they_happen(served: Served) -> None:
     """A stream's first values arrive while the model is still working (not buffered until the run ends)."""
     client = served.client()
@@ -257,6 +271,7 @@ def test_stream_events_are_sent_as_they_happen(served: Served) -> None:
     assert contents([p for p in stream][-1].data)[-1] == "slept 2"
 
 
+@pytest.mark.slow
 def test_plain_http_clients_get_server_sent_events(served: Served) -> None:
     client = served.client()
     thread_id = client.threads.create()["thread_id"]

@@ -19,6 +19,8 @@ from langgraph_sdk import get_sync_client
 
 from server.conftest import Backend, Served, ServeProcess
 
+pytestmark = pytest.mark.slow
+
 
 def human(text: str) -> dict[str, Any]:
     return {"messages": [{"type": "human", "content": text}]}

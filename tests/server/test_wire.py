@@ -74,6 +74,7 @@ def through_json(data: Any) -> Any:
     return json.loads(json.dumps(data))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(messages)
 def test_a_message_survives_the_round_trip(message: ChatMessage) -> None:
@@ -82,6 +83,7 @@ def test_a_message_survives_the_round_trip(message: ChatMessage) -> None:
     assert message_to_wire(message_from_wire(wire)) == wire
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(messages, max_size=6))
 def test_a_conversation_survives_the_round_trip(conversation: list[ChatMessage]) -> None:
