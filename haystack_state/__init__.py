@@ -61,6 +61,7 @@ from haystack_state.persistence import (
     ThreadInfo,
     register_type,
 )
+from haystack_state.retry import RetryPolicy, transient_error
 from haystack_state.runtime import RunContext
 from haystack_state.state import StagedState, State
 from haystack_state.store import InMemoryStore, Item, SQLiteStore, Store
@@ -100,6 +101,7 @@ __all__ = [
     "CheckpointMeta",
     "Checkpoint",
     "RESET",
+    "RetryPolicy",
     "Agent",
     "AgentRunError",
     "CheckpointError",
@@ -147,6 +149,7 @@ __all__ = [
     "merge_lists",
     "replace_values",
     "thaw",
+    "transient_error",
     "tool",
     "tool_spec",
     "tool_specs",

@@ -63,6 +63,7 @@ from haystack_state.agent.toolbox import Toolbox, ToolsArg, check_names, unknown
 from haystack_state.invocation.timeouts import check_max_tool_calls, check_timeout
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.serde import checkpointer_from_dict
+from haystack_state.retry import RetryPolicy, retry_policies, retry_policy_from_dict, retry_policy_to_dict
 from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
 from haystack_state.store import Store, store_from_dict
 
@@ -176,6 +177,15 @@ class Agent(ThreadMethods, StreamMethods):
         ``"refuse"`` raises ``ThreadBusyError``; then the new messages are taken and the model answers. None (the
         default) is ``"close"`` after a cancel (the user did not want those calls made) and ``"finish"`` after a
         crash. ``run(on_unfinished_calls=...)`` overrides it per run.
+    :param retry_policy: Retries of failed model and tool calls (see ``haystack_state.RetryPolicy``): one policy for
+        both, or ``{"model": RetryPolicy(...), "tools": RetryPolicy(...)}`` for a budget of each (a kind left out, or
+        None, is not retried). Every call gets the policy's ``max_attempts``; only errors its ``retry_on`` matches are
+        retried (connection errors, timeouts of the model client, rate limits and 5xx replies by default). A model
+        call that fails its last attempt fails the run as without retries (``AgentRunError``, its message saying how
+        many attempts were made); a tool call's last failure goes to the model as an error result (or raises, with
+        ``raise_on_tool_invocation_failure``). ``tool_timeout`` bounds each attempt; a ``ToolTimeoutError`` is
+        retried only if ``retry_on`` names it. Retried calls are recorded in the ``retries`` metadata of the
+        checkpoint that follows them. None (the default): nothing is retried.
     :raises TypeError: If tools are given and the chat generator's ``run`` does not accept ``tools``, or a hook is
         neither a ``Hook`` nor callable.
     :raises StateSchemaError: If the state schema is invalid.
@@ -225,6 +235,7 @@ class Agent(ThreadMethods, StreamMethods):
         tool_timeout: float | None = None,
         max_tool_calls: int | None = 64,
         on_unfinished_calls: UnfinishedCalls | None = None,
+        retry_policy: RetryPolicy | dict[str, RetryPolicy | None] | None = None,
     ) -> None:
         self.chat_generator = chat_generator
         self.tools = tools if tools is not None else []
@@ -260,6 +271,8 @@ class Agent(ThreadMethods, StreamMethods):
         self.tool_timeout = check_timeout(tool_timeout, "Agent tool_timeout")
         self.max_tool_calls = check_max_tool_calls(max_tool_calls, "Agent max_tool_calls")
         self.on_unfinished_calls = check_unfinished_calls(on_unfinished_calls, "Agent")
+        self._model_retry, self._tool_retry = retry_policies(retry_policy, "Agent")
+        self.retry_policy = retry_policy
         self._generator_takes_tools = accepts(chat_generator.run, "tools")
         if context_policy is not None and not callable(getattr(context_policy, "plan", None)):
             raise TypeError(f"context_policy must have a plan(view) method, got {context_policy!r}.")
@@ -357,6 +370,7 @@ class Agent(ThreadMethods, StreamMethods):
             store=store,
             on_unfinished_calls=self.on_unfinished_calls,
             resolved_schema=self.resolved_state_schema,
+            model_retry=self._model_retry,
         )
         self._is_warmed_up = False
 
@@ -513,6 +527,7 @@ class Agent(ThreadMethods, StreamMethods):
             control=control,
             tool_timeout=self.tool_timeout,
             max_tool_calls=self.max_tool_calls,
+            tool_retry=self._tool_retry,
         )
 
     def _open(self, options: RunOptions) -> ThreadSession | None:
@@ -769,6 +784,7 @@ class Agent(ThreadMethods, StreamMethods):
             tool_timeout=self.tool_timeout,
             max_tool_calls=self.max_tool_calls,
             on_unfinished_calls=self.on_unfinished_calls,
+            retry_policy=retry_policy_to_dict(self.retry_policy),
         )
 
     @classmethod
@@ -792,6 +808,8 @@ class Agent(ThreadMethods, StreamMethods):
             deserialize_component_inplace(params, key="token_counter")
         if params.get("store"):
             params["store"] = store_from_dict(params["store"])
+        if params.get("retry_policy"):
+            params["retry_policy"] = retry_policy_from_dict(params["retry_policy"])
         return default_from_dict(cls, data)
 
 

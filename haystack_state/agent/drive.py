@@ -9,12 +9,14 @@ import asyncio
 import contextvars
 import dataclasses
 import inspect
+import time
 from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from haystack_state.agent.hooks import call_hook, call_hook_async
 from haystack_state.agent.loop import (
+    Backoff,
     CallModel,
     Commit,
     Effect,
@@ -27,6 +29,7 @@ from haystack_state.agent.loop import (
 )
 from haystack_state.interrupts import ToolInterrupt, interrupt_scope
 from haystack_state.invocation.run import run_tool_batch, run_tool_batch_async
+from haystack_state.retry import RetryPolicy
 
 __all__ = [
     "Effects",
@@ -68,6 +71,7 @@ class Effects:
     :param control: Checked before each effect: a cancelled run stops there (:class:`RunCancelled`).
     :param tool_timeout: The timeout of tool calls whose tool has none of its own; None for no timeout.
     :param max_tool_calls: The most tool calls of one model reply that run; None for no limit.
+    :param tool_retry: How a failed tool call is retried; never if None.
     """
 
     chat_generator: Any
@@ -77,6 +81,7 @@ class Effects:
     control: RunControl | None = None
     tool_timeout: float | None = None
     max_tool_calls: int | None = 64
+    tool_retry: RetryPolicy | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +132,7 @@ def _batch_options(effect: RunTools, effects: Effects) -> dict[str, Any]:
         "answers": effect.answers,
         "hold": effect.hold,
         "on_call": effect.on_call,
+        "retry_policy": effects.tool_retry,
     }
 
 
@@ -153,6 +159,12 @@ def execute(effect: Effect, effects: Effects) -> Any:
     if isinstance(effect, LoadField):
         value = effect.loader(effect.context, effect.state)
         return _run_coroutine(value) if inspect.isawaitable(value) else value
+    if isinstance(effect, Backoff):
+        if effects.control is not None:
+            effects.control.sleep(effect.seconds)  # a cancel ends the wait (and the run, before its next effect)
+        else:
+            time.sleep(effect.seconds)
+        return None
     if effect.answers is not None:  # before_tool hooks, where interrupt() works
         try:
             with interrupt_scope(None, "before_tool", effect.answers, source="hook"):
@@ -190,6 +202,9 @@ async def execute_async(effect: Effect, effects: Effects) -> Any:
     if isinstance(effect, LoadField):
         value = effect.loader(effect.context, effect.state)
         return (await value) if inspect.isawaitable(value) else value
+    if isinstance(effect, Backoff):
+        await asyncio.sleep(effect.seconds)
+        return None
     if effect.answers is not None:  # before_tool hooks, where interrupt() works
         try:
             with interrupt_scope(None, "before_tool", effect.answers, source="hook"):

@@ -36,6 +36,7 @@ __all__ = [
     "Interrupted",
     "ModelChunk",
     "ModelReply",
+    "Retrying",
     "RunFailed",
     "RunFinished",
     "RunStarted",
@@ -209,6 +210,49 @@ class ToolCallFinished(AgentEvent):
             "result": self.result,
             "error": self.error,
             "duration": self.duration,
+        }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Retrying(AgentEvent):
+    """
+    A model or tool call failed with an error its retry policy retries (``Agent(retry_policy=...)``): it is made
+    again after ``delay`` seconds. What a failed model attempt streamed (``ModelChunk`` events of the step) is
+    superseded by the next attempt's.
+
+    :param step: The step the call belongs to.
+    :param kind: ``"model"`` or ``"tool"``.
+    :param attempt: The attempt that failed, from 1.
+    :param max_attempts: The call's budget of attempts.
+    :param delay: Seconds until the next attempt.
+    :param error: The attempt's error, ``"Type: message"``.
+    :param error_type: The error's class name.
+    :param tool_name: The tool (``"tool"`` only).
+    :param call_id: The tool call's id (``"tool"`` only).
+    """
+
+    type: ClassVar[str] = "retrying"
+    step: int
+    kind: Literal["model", "tool"]
+    attempt: int
+    max_attempts: int
+    delay: float
+    error: str
+    error_type: str
+    tool_name: str | None = None
+    call_id: str | None = None
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "kind": self.kind,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "delay": self.delay,
+            "error": self.error,
+            "error_type": self.error_type,
+            "tool_name": self.tool_name,
+            "call_id": self.call_id,
         }
 
 

@@ -47,6 +47,7 @@ from haystack_state.agent.events import (
     EventSink,
     Interrupted,
     ModelReply,
+    Retrying,
     RunStarted,
     StateChanged,
     ToolCallFinished,
@@ -72,6 +73,7 @@ from haystack_state.invocation.arguments import safe_tool_calls
 from haystack_state.invocation.calls import check_arguments
 from haystack_state.invocation.outcome import BatchOutcome, PendingCall
 from haystack_state.persistence.delta import Source
+from haystack_state.retry import RetryPolicy, error_text
 from haystack_state.runtime import RunContext, check_tool_deps
 from haystack_state.schema import FieldSpec
 from haystack_state.state import State
@@ -84,6 +86,7 @@ __all__ = [
     "EXIT_TEXT",
     "RESERVED_INPUTS",
     "RESERVED_OUTPUTS",
+    "Backoff",
     "CallModel",
     "Commit",
     "Effect",
@@ -255,6 +258,14 @@ class Commit:
 
 
 @dataclasses.dataclass(frozen=True)
+class Backoff:
+    """Effect: wait this many seconds before the next attempt of a failed model call (``time.sleep`` or
+    ``asyncio.sleep``; a cancelled run stops waiting)."""
+
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
 class HoldThread:
     """Effect: take the session's lease on its thread (before the run's first commit, model or tool call)."""
 
@@ -272,7 +283,7 @@ class LoadField:
     state: State
 
 
-Effect = CallModel | RunTools | RunHooks | Commit | HoldThread | LoadField
+Effect = CallModel | RunTools | RunHooks | Commit | HoldThread | LoadField | Backoff
 
 
 # --- configuration -----------------------------------------------------------------------------------------------
@@ -300,6 +311,7 @@ class LoopConfig:
         :data:`~haystack_state.agent.session.UnfinishedCalls`); by how it stopped if None.
     :param resolved_schema: The run's state keys as haystack-ai lists them (``Agent.resolved_state_schema``), for the
         run span's ``haystack.agent.state_schema`` tag.
+    :param model_retry: How a failed chat generator call is retried (see :mod:`haystack_state.retry`); never if None.
     """
 
     schema: dict[str, FieldSpec]
@@ -316,6 +328,7 @@ class LoopConfig:
     store: Any = None
     on_unfinished_calls: UnfinishedCalls | None = None
     resolved_schema: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    model_retry: RetryPolicy | None = None
 
 
 @dataclasses.dataclass
@@ -396,6 +409,10 @@ class RunControl:
     def cancelled(self) -> bool:
         """Whether the run should stop before its next effect."""
         return self._cancel.is_set()
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` (a retry's backoff), or less if the run is cancelled meanwhile."""
+        self._cancel.wait(seconds)
 
 
 class _Stopped(Exception):
@@ -516,6 +533,9 @@ class AgentRun:
         )
         values["context"] = self.run_context
         self.loaded: list[str] = []  # the "loaded" keys computed for this run, until a checkpoint records them
+        #: The retried model and tool calls (a retry policy's), until a checkpoint records them (``retries``).
+        self.retries: list[dict[str, Any]] = []
+        self.model_attempts = 1  # the attempts of the model call under way, for its error message
         values["hook_context"] = request.hook_context if request.hook_context is not None else {}
         values["tools"] = self.tools.tools
         values["step_count"] = self.step
@@ -635,12 +655,15 @@ class AgentRun:
 
     # --- effects the loop yields -----------------------------------------------------------------------------------
 
-    def _fail(self, stage: str, exc: Exception) -> _Stopped:
-        """The failure to raise for an effect that raised: the error carries the state."""
+    def _fail(self, stage: str, exc: Exception, attempts: int = 1) -> _Stopped:
+        """The failure to raise for an effect that raised (on its last of ``attempts``): the error carries the state."""
         if isinstance(exc, ToolInvocationError):
             exc.state = self.state
             return _Stopped(exc, record=False)
-        error = AgentRunError(f"Agent: {stage} failed at step {self.current}: {type(exc).__name__}: {exc}", self.state)
+        after = f" after {attempts} attempts" if attempts > 1 else ""
+        error = AgentRunError(
+            f"Agent: {stage} failed at step {self.current}{after}: {type(exc).__name__}: {exc}", self.state
+        )
         error.__cause__ = exc
         return _Stopped(error)
 
@@ -704,6 +727,9 @@ class AgentRun:
         if self.loaded:
             metadata["loaded"] = self.loaded
             self.loaded = []
+        if self.retries:
+            metadata["retries"] = self.retries
+            self.retries = []
         tags = {"haystack_state.thread_id": session.thread_id, "haystack_state.checkpoint.source": source}
         sink = self.request.sink
         delta = state.peek_changes(transient=True) if sink is not None else None
@@ -762,14 +788,16 @@ class AgentRun:
             if self.traced:
                 llm_span.set_content_tag("haystack.agent.step.llm.input", inputs)
             try:
-                result = yield CallModel(inputs)
+                result = yield from self._model_attempts(inputs)
                 replies: list[ChatMessage] = [
                     with_id(safe_tool_calls(reply), reply_id if i == 0 else None)
                     for i, reply in enumerate(result["replies"])
                 ]
                 self.state.set("messages", replies)
             except Exception as exc:
-                raise self._fail("the chat generator", exc) from None
+                raise self._fail("the chat generator", exc, self.model_attempts) from None
+            if self.model_attempts > 1:
+                llm_span.set_tag("haystack_state.retry.attempts", self.model_attempts)
             if self.traced:
                 llm_span.set_content_tag("haystack.agent.step.llm.output", result)
         if self.request.sink is not None:
@@ -786,6 +814,62 @@ class AgentRun:
         elif self.config.context_policy is not None:  # no usage reported: what the policy had counted
             values["context_tokens"] = token_meter(self._counter()).total(sent, self.tools.model_tools)
         return replies
+
+    def _model_attempts(self, inputs: dict[str, Any]) -> Generator[Effect, Any, Any]:
+        """
+        Call the chat generator; while the model retry policy allows, call it again after a backoff. A retried call
+        is recorded for the next checkpoint's ``retries`` metadata, whether it succeeded or not.
+        """
+        policy = self.config.model_retry
+        failures: list[str] = []
+        self.model_attempts = 1
+        while True:
+            try:
+                result = yield CallModel(inputs)
+            except Exception as exc:
+                failures.append(error_text(exc))
+                delay = policy.next_delay(len(failures), exc) if policy is not None else None
+                if delay is None:
+                    if len(failures) > 1:
+                        self._record_retry(failures, succeeded=False)
+                    raise
+                assert policy is not None
+                self._retrying_model(policy, len(failures), exc, failures[-1], delay)
+                yield Backoff(delay)
+                self.model_attempts += 1
+                continue
+            if failures:
+                self._record_retry(failures, succeeded=True)
+            return result
+
+    def _record_retry(self, failures: list[str], *, succeeded: bool) -> None:
+        attempts = len(failures) + (1 if succeeded else 0)
+        self.retries.append(
+            {"kind": "model", "step": self.step + 1, "attempts": attempts, "succeeded": succeeded, "errors": failures}
+        )
+
+    def _retrying_model(self, policy: RetryPolicy, attempt: int, exc: Exception, text: str, delay: float) -> None:
+        logger.warning(
+            "Agent: the chat generator failed at step {step} (attempt {attempt} of {attempts}): {error}; retrying in "
+            "{delay:.3g} s.",
+            step=self.step + 1,
+            attempt=attempt,
+            attempts=policy.max_attempts,
+            error=text,
+            delay=delay,
+        )
+        sink = self.request.sink
+        if sink is not None:
+            sink.emit(
+                Retrying,
+                step=self.step + 1,
+                kind="model",
+                attempt=attempt,
+                max_attempts=policy.max_attempts,
+                delay=delay,
+                error=text,
+                error_type=type(exc).__name__,
+            )
 
     # --- the context the model sees ----------------------------------------------------------------------------
 
@@ -873,6 +957,8 @@ class AgentRun:
             except Exception as exc:
                 raise self._fail("a tool call", exc) from None
         executed = outcome.messages if outcome is not None else []
+        if outcome is not None and outcome.retries:
+            self.retries.extend({**retry, "step": self.step} for retry in outcome.retries)
         tool_messages = with_ids(in_call_order(order, executed, rejected))
         self.state.set("messages", tool_messages)
         counts = self.state.run_values["tool_call_counts"]
@@ -897,6 +983,19 @@ class AgentRun:
                 tool_name=data["tool_name"],
                 call_id=data["call_id"],
                 arguments=dict(data.get("arguments") or {}),
+            )
+        elif kind == "retrying":
+            sink.emit(
+                Retrying,
+                step=step,
+                kind="tool",
+                attempt=int(data["attempt"]),
+                max_attempts=int(data["max_attempts"]),
+                delay=float(data["delay"]),
+                error=str(data["error"]),
+                error_type=str(data["error_type"]),
+                tool_name=data["tool_name"],
+                call_id=data["call_id"],
             )
         elif kind == "finished":
             message = data.get("message")

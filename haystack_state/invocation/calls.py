@@ -37,6 +37,7 @@ __all__ = [
     "PlannedCall",
     "ResultConversionError",
     "call_arguments",
+    "cause_of",
     "conversion_error",
     "error_message",
     "execution_error",
@@ -473,23 +474,33 @@ def error_message(tool_call: ToolCall, error: BaseException) -> ChatMessage:
     return ChatMessage.from_tool(tool_result=replace_surrogates(str(error)), origin=tool_call, error=True)
 
 
-def _cause(exc: BaseException) -> BaseException:
-    """The user's exception inside haystack-ai's ToolInvocationError wrapper."""
+def cause_of(exc: BaseException) -> BaseException:
+    """
+    The exception a tool raised, inside haystack-ai's ``ToolInvocationError`` wrapper (``Tool.invoke`` wraps what
+    the function raises).
+
+    :param exc: What the call raised.
+    :returns: The tool's own exception (``exc`` itself if it is not wrapped).
+    """
     while exc.__cause__ is not None and type(exc).__name__ == "ToolInvocationError":
         exc = exc.__cause__
     return exc
 
 
-def execution_error(tool_name: str, exc: BaseException) -> ToolExecutionError:
+def execution_error(tool_name: str, exc: BaseException, attempts: int = 1) -> ToolExecutionError:
     """
     The error for a tool that raised.
 
     :param tool_name: The tool.
-    :param exc: What it raised.
+    :param exc: What it raised (on its last attempt).
+    :param attempts: How many attempts were made (a retry policy's); the message says so when more than one.
     :returns: The error, naming the tool and the cause, chained to it.
     """
-    cause = _cause(exc)
-    error = ToolExecutionError(tool_name, f"Failed to invoke tool '{tool_name}': {type(cause).__name__}: {cause}")
+    cause = cause_of(exc)
+    after = f" after {attempts} attempts" if attempts > 1 else ""
+    error = ToolExecutionError(
+        tool_name, f"Failed to invoke tool '{tool_name}'{after}: {type(cause).__name__}: {cause}"
+    )
     error.__cause__ = cause
     return error
 

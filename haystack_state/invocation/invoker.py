@@ -19,6 +19,7 @@ from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
 from haystack_state.invocation.timeouts import check_max_tool_calls, check_timeout
+from haystack_state.retry import RetryPolicy
 from haystack_state.runtime import RunContext, check_tool_deps
 from haystack_state.state import State
 from haystack_state.store import Store, store_from_dict
@@ -90,6 +91,9 @@ class ToolInvoker:
         text the model sees. None (the default): a string as it is, any other value as JSON (haystack-ai's Agent's
         rule). True: ``json.dumps`` of every result, a string too; False: ``str()``, objects with ``to_dict``
         (haystack's dataclasses) converted to dicts first. True and False are haystack-ai's ``ToolInvoker``'s.
+    :param retry_policy: How a call whose tool raised an error ``retry_on`` matches (or overran its timeout, if
+        ``retry_on`` names ``ToolTimeoutError``) is called again (see ``haystack_state.RetryPolicy``); only the last
+        attempt's State writes are merged. None (the default): never.
     :raises ValueError: For a ``tool_timeout`` that is not a positive number, or ``max_tool_calls`` below 1.
     """
 
@@ -107,6 +111,7 @@ class ToolInvoker:
         max_tool_calls: int | None = 64,
         store: Store | None = None,
         convert_result_to_json_string: bool | None = None,
+        retry_policy: RetryPolicy | None = None,
     ) -> None:
         self.tools = tools
         self.store = store
@@ -117,6 +122,9 @@ class ToolInvoker:
         self.convert_result_to_json_string = convert_result_to_json_string
         self.tool_timeout = check_timeout(tool_timeout, "ToolInvoker tool_timeout")
         self.max_tool_calls = check_max_tool_calls(max_tool_calls, "ToolInvoker max_tool_calls")
+        if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
+            raise ValueError(f"ToolInvoker retry_policy must be a RetryPolicy or None, got {retry_policy!r}.")
+        self.retry_policy = retry_policy
         self._specs = tool_specs(tools)
         self._has_toolsets = isinstance(tools, Toolset) or any(isinstance(item, Toolset) for item in tools)
         self._specs_of: tuple[int, ...] = self._tool_ids()
@@ -174,6 +182,7 @@ class ToolInvoker:
             "tool_timeout": self.tool_timeout,
             "context": run_context,
             "answers": answers,
+            "retry_policy": self.retry_policy,
         }
 
     @component.output_types(tool_messages=list[ChatMessage], state=State)
@@ -265,6 +274,7 @@ class ToolInvoker:
             max_tool_calls=self.max_tool_calls,
             store=self.store.to_dict() if self.store is not None else None,
             convert_result_to_json_string=self.convert_result_to_json_string,
+            retry_policy=self.retry_policy.to_dict() if self.retry_policy is not None else None,
         )
 
     @classmethod
@@ -282,4 +292,6 @@ class ToolInvoker:
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"])
         if params.get("store"):
             params["store"] = store_from_dict(params["store"])
+        if params.get("retry_policy"):
+            params["retry_policy"] = RetryPolicy.from_dict(params["retry_policy"])
         return default_from_dict(cls, data)

@@ -37,7 +37,9 @@ PendingReason = Literal["interrupt", "held", "depends"]
 
 #: ``on_call(kind, data)``: ``("started", {call_id, tool_name, arguments})`` when a call starts;
 #: ``("finished", {call_id, tool_name, arguments, message, result, error, duration_s})`` when its result is merged;
-#: ``("interrupted", {call_id, tool_name, arguments, value, index, duration_s})`` when it stopped at ``interrupt()``.
+#: ``("interrupted", {call_id, tool_name, arguments, value, index, duration_s})`` when it stopped at ``interrupt()``;
+#: ``("retrying", {call_id, tool_name, arguments, attempt, max_attempts, delay, error, error_type})`` when an attempt
+#: failed and the call is made again after ``delay`` seconds (a retry policy's).
 CallEventCallback = Callable[[str, dict[str, Any]], None]
 
 
@@ -80,10 +82,13 @@ class BatchOutcome:
         Their state writes are merged.
     :param interrupts: The calls that did not produce a result, in call order: stopped by ``interrupt()``, held, or
         depending on one of those. Nothing of theirs was merged.
+    :param retries: The calls that were retried (a retry policy's), in call order: ``{"kind": "tool", "tool_name",
+        "call_id", "attempts", "succeeded", "errors"}`` each, ``errors`` the failed attempts' ``"Type: message"``.
     """
 
     messages: list[ChatMessage]
     interrupts: list[PendingCall] = dataclasses.field(default_factory=list)
+    retries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def interrupted(self) -> bool:

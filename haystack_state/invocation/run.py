@@ -27,6 +27,7 @@ from haystack_state.interrupts import ToolInterrupt, interrupt_scope
 from haystack_state.invocation.calls import (
     PlannedCall,
     call_arguments,
+    cause_of,
     conversion_error,
     error_message,
     execution_error,
@@ -51,6 +52,7 @@ from haystack_state.invocation.outcome import (
 from haystack_state.invocation.spans import batch_parent, traced_call, traced_call_async
 from haystack_state.invocation.timeouts import CANCEL_GRACE, Deadlines, call_timeout, with_timeout
 from haystack_state.invocation.workers import WORKERS
+from haystack_state.retry import RetryPolicy, error_text
 from haystack_state.runtime import RunContext
 from haystack_state.state import StagedState, State
 from haystack_state.tools.spec import ToolSpec
@@ -82,6 +84,8 @@ class ToolBatch:
         :data:`~haystack_state.invocation.outcome.CallEventCallback`).
     :param on_interrupt: What a call that stops at ``interrupt()`` becomes: ``"pend"``, a pending call (its
         dependents are held too); ``"fail"``, a failed call (a ``ToolInterruptedError``).
+    :param retry_policy: How a call whose tool raised (or overran its timeout) is retried (see :meth:`retry_after`);
+        never if None.
     """
 
     def __init__(
@@ -98,6 +102,7 @@ class ToolBatch:
         hold: Collection[str] = (),
         on_call: CallEventCallback | None = None,
         on_interrupt: Literal["pend", "fail"] = "pend",
+        retry_policy: RetryPolicy | None = None,
     ) -> None:
         self.calls = calls
         self.state = state
@@ -109,6 +114,10 @@ class ToolBatch:
         self.answers = answers or {}
         self.on_call = on_call
         self.on_interrupt = on_interrupt
+        self.retry_policy = retry_policy
+        #: The retried calls, as merged: ``{kind, tool_name, call_id, attempts, succeeded, errors}`` each.
+        self.retries: list[dict[str, Any]] = []
+        self._failures: dict[int, list[str]] = {}  # per call: its failed attempts' errors (with a retry policy)
         self.messages: list[ChatMessage] = []
         self.pending: list[PendingCall] = []
         self.chunks: list[StreamingChunk] = []
@@ -135,7 +144,7 @@ class ToolBatch:
 
     def outcome(self) -> BatchOutcome:
         """The result messages and the pending calls so far."""
-        return BatchOutcome(self.messages, self.pending)
+        return BatchOutcome(self.messages, self.pending, self.retries)
 
     def startable(self) -> list[tuple[PlannedCall, dict[str, Any], StagedState | None]]:
         """
@@ -167,6 +176,67 @@ class ToolBatch:
                 continue
             ready.append((call, kwargs, staged))
         return ready
+
+    def retry_after(self, call: PlannedCall, error: BaseException) -> float | None:
+        """
+        An attempt of a call failed: how long to wait before its next attempt, or None if it is not retried (no
+        retry policy, an error ``retry_on`` does not match, or the call's budget is spent: then :meth:`finish` it).
+        The error ``retry_on`` is given is the one the tool raised (not haystack's ``ToolInvocationError``
+        wrapper), or a ``ToolTimeoutError``. A retried call merges only what its last attempt wrote: each attempt
+        gets a fresh staged view (:meth:`again`).
+
+        :param call: The call.
+        :param error: What its attempt raised.
+        :returns: Seconds, or None.
+        """
+        policy = self.retry_policy
+        if policy is None or not isinstance(error, Exception):
+            return None
+        cause = cause_of(error)
+        failures = self._failures.setdefault(call.index, [])
+        failures.append(error_text(cause))
+        attempt = len(failures)
+        delay = policy.next_delay(attempt, cause)
+        if delay is None:
+            return None
+        logger.warning(
+            "Tool '{tool}' failed (attempt {attempt} of {attempts}): {error}; retrying in {delay:.3g} s.",
+            tool=call.tool_call.tool_name,
+            attempt=attempt,
+            attempts=policy.max_attempts,
+            error=failures[-1],
+            delay=delay,
+        )
+        if self.on_call is not None:
+            self.on_call(
+                "retrying",
+                {
+                    **self._describe(call),
+                    "attempt": attempt,
+                    "max_attempts": policy.max_attempts,
+                    "delay": delay,
+                    "error": failures[-1],
+                    "error_type": type(cause).__name__,
+                },
+            )
+        return delay
+
+    def again(self, call: PlannedCall) -> tuple[dict[str, Any], StagedState | None] | None:
+        """
+        The keyword arguments and the fresh staged State view of a call's next attempt (what the failed attempt
+        wrote is dropped), or None if it cannot be called any more (it is finished as failed).
+
+        :param call: The call, after :meth:`retry_after` gave a delay.
+        :returns: ``(kwargs, staged)``, or None.
+        """
+        assert call.spec is not None
+        staged = self.state.stage() if call.spec.state_params else None
+        try:
+            kwargs = call_arguments(call, staged or self.state, self.streaming_callback, self.passthrough, self.context)
+        except ToolInvocationError as exc:
+            self.finish(call, False, exc, None)
+            return None
+        return kwargs, staged
 
     def finish(self, call: PlannedCall, ok: bool, outcome: Any, staged: StagedState | None) -> None:
         """
@@ -272,12 +342,25 @@ class ToolBatch:
                 message = error_message(call.tool_call, call.error)
             elif call.index in self._outcomes:
                 ok, outcome, staged = self._outcomes.pop(call.index)
+                failures = self._failures.pop(call.index, [])
                 if ok and type(outcome) is Interrupted:
                     if self.on_interrupt == "pend":
                         self._pend(call, outcome.stop)
                         continue
                     ok, outcome = False, interrupted_error(call, outcome.stop)
-                message = self._merge(call, ok, outcome, staged)
+                attempts = len(failures) + 1 if ok else max(1, len(failures))
+                message = self._merge(call, ok, outcome, staged, attempts)
+                if attempts > 1:
+                    self.retries.append(
+                        {
+                            "kind": "tool",
+                            "tool_name": call.tool_call.tool_name,
+                            "call_id": call.tool_call.id,
+                            "attempts": attempts,
+                            "succeeded": not message.tool_call_results[0].error,
+                            "errors": failures,
+                        }
+                    )
             else:
                 break
             if call.dropped:
@@ -332,7 +415,9 @@ class ToolBatch:
             data = {**self._describe(call), "value": stop.value, "index": stop.index}
             self.on_call("interrupted", {**data, "duration_s": self._durations.pop(call.index, 0.0)})
 
-    def _merge(self, call: PlannedCall, ok: bool, outcome: Any, staged: StagedState | None) -> ChatMessage:
+    def _merge(
+        self, call: PlannedCall, ok: bool, outcome: Any, staged: StagedState | None, attempts: int = 1
+    ) -> ChatMessage:
         spec = call.spec
         assert spec is not None
         error: ToolInvocationError
@@ -354,8 +439,12 @@ class ToolBatch:
                     error = merge_error(spec.name, exc)
                 else:
                     return message
+        elif isinstance(outcome, ToolInvocationError):
+            error = outcome
+            if attempts > 1:
+                error.args = (f"{error} (Gave up after {attempts} attempts.)",)
         else:
-            error = outcome if isinstance(outcome, ToolInvocationError) else execution_error(spec.name, outcome)
+            error = execution_error(spec.name, outcome, attempts)
         if self.raise_on_failure:
             raise error
         logger.warning("{error}", error=str(error))
@@ -435,6 +524,30 @@ def _settle(running: dict[Future[Any], Any], deadlines: Deadlines) -> None:
             running.pop(key, None)  # type: ignore[call-overload]
 
 
+def _woken(
+    batch: ToolBatch, sleeping: list[tuple[float, PlannedCall]]
+) -> list[tuple[PlannedCall, dict[str, Any], StagedState | None]]:
+    """The retried calls whose backoff is over (taken out of ``sleeping``), ready for their next attempt."""
+    now = time.monotonic()
+    due = [call for when, call in sleeping if when <= now]
+    sleeping[:] = [(when, call) for when, call in sleeping if when > now]
+    ready = []
+    for call in due:
+        attempt = batch.again(call)
+        if attempt is not None:
+            ready.append((call, *attempt))
+    return ready
+
+
+def _wait_time(deadlines: Deadlines, sleeping: list[tuple[float, PlannedCall]]) -> float | None:
+    """How long the sync runner may wait: until the first deadline or the end of the first backoff (None: no limit)."""
+    limit = deadlines.wait_time()
+    if sleeping:
+        wake = max(0.0, min(when for when, _ in sleeping) - time.monotonic())
+        limit = wake if limit is None else min(limit, wake)
+    return limit
+
+
 def _final_chunk() -> StreamingChunk:
     return StreamingChunk(content="", finish_reason="tool_call_results", meta={"finish_reason": "tool_call_results"})
 
@@ -457,6 +570,7 @@ def run_tool_batch(
     max_tool_calls: int | None = 64,
     tool_timeout: float | None = None,
     parent_span: Span | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> BatchOutcome:
     """
     Run every tool call of ``messages`` against ``state`` (see ``ToolInvoker.run``). Calls that can overlap run in
@@ -490,6 +604,10 @@ def run_tool_batch(
     :param tool_timeout: The timeout, in seconds, of calls whose tool has none of its own; None for no timeout. A call
         over time is answered with a ``ToolTimeoutError`` and merges nothing (its worker thread is abandoned).
     :param parent_span: The tracing span the calls' spans go under; the current span if None.
+    :param retry_policy: How a call whose tool raised (or overran its timeout) is called again: each attempt gets the
+        timeout, the backoff waits between them do not count; only the last attempt's State writes are merged. A
+        call whose budget is spent fails as it would have without retries, its message saying how many attempts
+        were made. Never retried if None.
     :returns: The result messages (in call order) and the pending calls.
     :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
     :raises ValueError: If ``hold`` names a call id that is not in ``messages``.
@@ -506,11 +624,22 @@ def run_tool_batch(
         hold=hold,
         on_call=on_call,
         on_interrupt=on_interrupt,
+        retry_policy=retry_policy,
     )
     traced, parent = batch_parent(parent_span)
     running: dict[Future[Any], tuple[PlannedCall, StagedState | None]] = {}
     waiting: list[tuple[PlannedCall, dict[str, Any], StagedState | None]] = []
+    sleeping: list[tuple[float, PlannedCall]] = []  # retried calls waiting out their backoff: (when, call)
     deadlines = Deadlines()
+
+    def failed(call: PlannedCall, error: BaseException) -> None:
+        """An attempt failed: the call waits for its next attempt, or is finished as failed."""
+        delay = batch.retry_after(call, error)
+        if delay is None:
+            batch.finish(call, False, error, None)
+        else:
+            sleeping.append((time.monotonic() + delay, call))
+
     try:
         while True:
             try:
@@ -522,19 +651,24 @@ def run_tool_batch(
             if batch.done:
                 break
             waiting.extend(batch.startable())
+            if sleeping:
+                waiting.extend(_woken(batch, sleeping))
             if not waiting and not running:  # the calls that could start failed before running: merge them
+                if sleeping:  # or only retries wait, for their backoff
+                    time.sleep(_wait_time(deadlines, sleeping) or 0.0)
                 continue
-            if len(waiting) == 1 and not running:  # nothing to overlap with: run it here, without a thread
+            if len(waiting) == 1 and not running and not sleeping:  # nothing to overlap with: run it here
                 call, kwargs, staged = waiting[0]
                 assert call.spec is not None
                 timeout = call_timeout(call.spec, tool_timeout)
                 if timeout is None:  # (a call with a timeout runs in a worker, which can be abandoned)
                     waiting.clear()
                     try:
-                        outcome, ok = batch.invoke(call, kwargs, None, traced, parent), True
+                        outcome = batch.invoke(call, kwargs, None, traced, parent)
                     except Exception as exc:
-                        outcome, ok = exc, False
-                    batch.finish(call, ok, outcome, staged)
+                        failed(call, exc)
+                    else:
+                        batch.finish(call, True, outcome, staged)
                     continue
             while waiting and len(running) < max(1, max_workers):
                 call, kwargs, staged = waiting.pop(0)
@@ -544,16 +678,19 @@ def run_tool_batch(
                 future = WORKERS.submit(worker_context.run, batch.invoke, call, kwargs, timeout, traced, parent)
                 running[future] = (call, staged)
                 deadlines.start(future, timeout, 0.0 if call.spec.supports_sync else CANCEL_GRACE)
-            finished, _ = wait(running, timeout=deadlines.wait_time(), return_when=FIRST_COMPLETED)
+            finished, _ = wait(running, timeout=_wait_time(deadlines, sleeping), return_when=FIRST_COMPLETED)
             for future in finished:
                 call, staged = running.pop(future)
                 deadlines.discard(future)
                 raised = future.exception()
-                batch.finish(call, raised is None, raised if raised is not None else future.result(), staged)
+                if raised is None:
+                    batch.finish(call, True, future.result(), staged)
+                else:
+                    failed(call, raised)
             for key, timeout in deadlines.expired():  # over time: abandoned, its staged writes discarded
                 call, staged = running.pop(key)  # type: ignore[call-overload]
                 assert call.spec is not None
-                batch.finish(call, False, ToolTimeoutError(call.spec.name, timeout), None)
+                failed(call, ToolTimeoutError(call.spec.name, timeout))
     except Exception:
         # A failure is raised: the results still to come would be discarded, so the calls that have not started do not
         # run. Those already running finish first (or overrun their timeouts).
@@ -584,6 +721,7 @@ def run_tool_calls(
     max_tool_calls: int | None = 64,
     tool_timeout: float | None = None,
     parent_span: Span | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> list[ChatMessage]:
     """
     Run every tool call of ``messages`` against ``state`` and return one result per call (see
@@ -605,6 +743,10 @@ def run_tool_calls(
     :param max_tool_calls: The most calls of one batch that run (see :func:`run_tool_batch`).
     :param tool_timeout: The timeout of calls whose tool has none of its own (see :func:`run_tool_batch`).
     :param parent_span: The tracing span the calls' spans go under; the current span if None.
+    :param retry_policy: How a call whose tool raised (or overran its timeout) is called again: each attempt gets the
+        timeout, the backoff waits between them do not count; only the last attempt's State writes are merged. A
+        call whose budget is spent fails as it would have without retries, its message saying how many attempts
+        were made. Never retried if None.
     :returns: The tool result messages, in call order.
     :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
     """
@@ -623,6 +765,7 @@ def run_tool_calls(
         max_tool_calls=max_tool_calls,
         tool_timeout=tool_timeout,
         parent_span=parent_span,
+        retry_policy=retry_policy,
     ).messages
 
 
@@ -644,6 +787,7 @@ async def run_tool_batch_async(
     max_tool_calls: int | None = 64,
     tool_timeout: float | None = None,
     parent_span: Span | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> BatchOutcome:
     """
     Run every tool call of ``messages`` against ``state`` (see ``ToolInvoker.run_async``): async tools are awaited,
@@ -670,6 +814,10 @@ async def run_tool_batch_async(
     :param max_tool_calls: The most calls of one batch that run (see :func:`run_tool_batch`).
     :param tool_timeout: The timeout of calls whose tool has none of its own (see :func:`run_tool_batch`).
     :param parent_span: The tracing span the calls' spans go under; the current span if None.
+    :param retry_policy: How a call whose tool raised (or overran its timeout) is called again: each attempt gets the
+        timeout, the backoff waits between them do not count; only the last attempt's State writes are merged. A
+        call whose budget is spent fails as it would have without retries, its message saying how many attempts
+        were made. Never retried if None.
     :returns: The result messages (in call order) and the pending calls.
     :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
     :raises ValueError: If ``hold`` names a call id that is not in ``messages``.
@@ -686,13 +834,16 @@ async def run_tool_batch_async(
         hold=hold,
         on_call=on_call,
         on_interrupt=on_interrupt,
+        retry_policy=retry_policy,
     )
     limit = asyncio.Semaphore(max(1, max_workers))
     traced, parent = batch_parent(parent_span)
 
-    async def invoke(call: PlannedCall, kwargs: dict[str, Any]) -> Any:
+    async def invoke(call: PlannedCall, kwargs: dict[str, Any], delay: float = 0.0) -> Any:
         spec = call.spec
         assert spec is not None
+        if delay > 0:  # a retry waits out its backoff (cancellable, and holding no worker slot)
+            await asyncio.sleep(delay)
         async with limit:
             return await batch.invoke_async(call, kwargs, call_timeout(spec, tool_timeout), traced, parent)
 
@@ -719,7 +870,17 @@ async def run_tool_batch_async(
                     batch.finish(call, False, asyncio.CancelledError("the tool call was cancelled"), staged)
                     continue
                 raised = task.exception()
-                batch.finish(call, raised is None, raised if raised is not None else task.result(), staged)
+                if raised is None:
+                    batch.finish(call, True, task.result(), staged)
+                    continue
+                delay = batch.retry_after(call, raised)
+                if delay is None:
+                    batch.finish(call, False, raised, staged)
+                    continue
+                attempt = batch.again(call)
+                if attempt is not None:
+                    kwargs, staged = attempt
+                    running[asyncio.ensure_future(invoke(call, kwargs, delay))] = (call, staged)
     except BaseException:
         # A failure is raised, or this run is cancelled: the calls still running are cancelled too (their results
         # would be discarded), and awaited below.
@@ -749,6 +910,7 @@ async def run_tool_calls_async(
     max_tool_calls: int | None = 64,
     tool_timeout: float | None = None,
     parent_span: Span | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> list[ChatMessage]:
     """
     Run every tool call of ``messages`` against ``state`` asynchronously and return one result per call (see
@@ -770,6 +932,10 @@ async def run_tool_calls_async(
     :param max_tool_calls: The most calls of one batch that run (see :func:`run_tool_batch`).
     :param tool_timeout: The timeout of calls whose tool has none of its own (see :func:`run_tool_batch`).
     :param parent_span: The tracing span the calls' spans go under; the current span if None.
+    :param retry_policy: How a call whose tool raised (or overran its timeout) is called again: each attempt gets the
+        timeout, the backoff waits between them do not count; only the last attempt's State writes are merged. A
+        call whose budget is spent fails as it would have without retries, its message saying how many attempts
+        were made. Never retried if None.
     :returns: The tool result messages, in call order.
     :raises ToolInvocationError: With ``raise_on_failure``, when a call fails.
     """
@@ -788,6 +954,7 @@ async def run_tool_calls_async(
         max_tool_calls=max_tool_calls,
         tool_timeout=tool_timeout,
         parent_span=parent_span,
+        retry_policy=retry_policy,
     )
     return outcome.messages
 
