@@ -945,3 +945,11 @@ def test_a_tool_mapping_to_an_undeclared_key_is_refused_at_construction() -> Non
     message = str(raised.value)
     assert "Tool 'search': outputs_to_state names state key 'documents'" in message
     assert "Tool 'greet': outputs_to_state names state key 'greetings'" in message
+
+
+def test_only_the_chat_generator_may_be_given_by_position() -> None:
+    """As haystack-ai's Agent takes every parameter by keyword, ours takes all but the chat generator so."""
+    generator = ScriptedChatGenerator(script=["hi"])
+    assert Agent(generator).chat_generator is generator
+    with pytest.raises(TypeError, match="positional argument"):
+        Agent(generator, [])  # type: ignore[misc]

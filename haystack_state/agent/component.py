@@ -214,6 +214,7 @@ class Agent(ThreadMethods, StreamMethods):
     def __init__(
         self,
         chat_generator: Any,
+        *,
         tools: ToolsArg | None = None,
         system_prompt: str | None = None,
         exit_conditions: list[str] | None = None,
