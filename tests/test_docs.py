@@ -22,7 +22,7 @@ GUIDES = sorted(DOCS.glob("*.md"))
 PAGES = [README, *GUIDES]
 
 #: The guides that have no python example: prose, tables and shell commands only.
-PROSE_ONLY = {"RELIABILITY.md", "benchmarks.md", "cli.md"}
+PROSE_ONLY = {"ARCHITECTURE.md", "RELIABILITY.md", "benchmarks.md", "cli.md"}
 MAX_README_LINES = 250
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
