@@ -28,7 +28,7 @@ from haystack_state.errors import ToolDefinitionError
 from haystack_state.schema import FieldSpec
 from haystack_state.tools.spec import ToolSpec, tool_spec
 
-__all__ = ["RunTools", "Toolbox", "check_names", "model_tool", "unknown_names"]
+__all__ = ["ToolsOfRun", "Toolbox", "check_names", "model_tool", "unknown_names"]
 
 ToolsArg = list[Tool | Toolset] | Toolset
 
@@ -54,7 +54,7 @@ def model_tool(spec: ToolSpec) -> Tool:
 
 
 @dataclasses.dataclass(frozen=True)
-class RunTools:
+class ToolsOfRun:
     """
     The tools of one run at one step.
 
@@ -114,7 +114,7 @@ class Toolbox:
         if problems:
             raise ToolDefinitionError(problems[0][0], [problem for _, problem in problems])
 
-    def resolve(self, items: Sequence[Tool | Toolset]) -> RunTools:
+    def resolve(self, items: Sequence[Tool | Toolset]) -> ToolsOfRun:
         """
         The specs of these tools and toolsets, as they are now. A tool's spec and the tool as the model sees it are
         computed once per tool object; its state mappings are checked then.
@@ -146,9 +146,9 @@ class Toolbox:
                     with contextlib.suppress(TypeError):  # an object that cannot be weakly referenced is not cached
                         self._cache[tool] = entry
         specs = {name: entry[0] for name, entry in entries.items() if entry is not None}
-        return RunTools(specs, [entry[1] for entry in entries.values() if entry is not None], flat)
+        return ToolsOfRun(specs, [entry[1] for entry in entries.values() if entry is not None], flat)
 
-    def known(self) -> RunTools:
+    def known(self) -> ToolsOfRun:
         """The agent's tools as they are now (a lazy toolset offers its tools only once warmed up)."""
         return self.resolve(self.items)
 

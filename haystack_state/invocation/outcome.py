@@ -21,7 +21,7 @@ from haystack_state.invocation.calls import PlannedCall
 __all__ = [
     "BatchOutcome",
     "CallEventCallback",
-    "Interrupted",
+    "InterruptedCall",
     "PendingCall",
     "PendingReason",
     "blocked_calls",
@@ -97,7 +97,7 @@ class BatchOutcome:
 
 
 @dataclasses.dataclass(frozen=True)
-class Interrupted:
+class InterruptedCall:
     """The outcome of a call that stopped at ``interrupt()``: returned by the runner in place of a result."""
 
     stop: ToolInterrupt

@@ -39,7 +39,7 @@ from haystack_state.invocation.calls import (
 from haystack_state.invocation.outcome import (
     BatchOutcome,
     CallEventCallback,
-    Interrupted,
+    InterruptedCall,
     PendingCall,
     PendingReason,
     block_dependents,
@@ -266,7 +266,7 @@ class ToolBatch:
         :param timeout: For an async tool: cancel it after this many seconds.
         :param traced: Whether tracing is on.
         :param parent: The span the call's span goes under.
-        :returns: The tool's result, or :class:`~haystack_state.invocation.outcome.Interrupted` if it stopped at
+        :returns: The tool's result, or :class:`~haystack_state.invocation.outcome.InterruptedCall` if it stopped at
             ``interrupt()``.
         """
         spec = call.spec
@@ -295,7 +295,7 @@ class ToolBatch:
         :param timeout: Seconds before the call is given up (``ToolTimeoutError``), or None.
         :param traced: Whether tracing is on.
         :param parent: The span the call's span goes under.
-        :returns: The tool's result, or ``Interrupted``.
+        :returns: The tool's result, or ``InterruptedCall``.
         """
         spec = call.spec
         assert spec is not None
@@ -314,7 +314,7 @@ class ToolBatch:
     def _scope(self, call: PlannedCall) -> _CallScope:
         """
         Around one call (sync or async): its interrupt scope, its duration (when someone listens), and a call that
-        stops at ``interrupt()`` turned into an ``Interrupted`` outcome.
+        stops at ``interrupt()`` turned into an ``InterruptedCall`` outcome.
         """
         assert call.spec is not None
         call_id = call.tool_call.id
@@ -343,7 +343,7 @@ class ToolBatch:
             elif call.index in self._outcomes:
                 ok, outcome, staged = self._outcomes.pop(call.index)
                 failures = self._failures.pop(call.index, [])
-                if ok and type(outcome) is Interrupted:
+                if ok and type(outcome) is InterruptedCall:
                     if self.on_interrupt == "pend":
                         self._pend(call, outcome.stop)
                         continue
@@ -456,8 +456,8 @@ class ToolBatch:
         return chunks
 
 
-class _Outcome:
-    """What a call returned (or ``Interrupted``), set inside :meth:`ToolBatch._scope`."""
+class _CallResult:
+    """What a call returned (or ``InterruptedCall``), set inside :meth:`ToolBatch._scope`."""
 
     __slots__ = ("value",)
 
@@ -474,10 +474,10 @@ class _CallScope:
         self.batch = batch
         self.index = index
         self.interrupts = interrupts
-        self.outcome = _Outcome()
+        self.outcome = _CallResult()
         self.start = 0.0
 
-    def __enter__(self) -> _Outcome:
+    def __enter__(self) -> _CallResult:
         if self.batch.on_call is not None:
             self.start = time.perf_counter()
         self.interrupts.__enter__()
@@ -490,7 +490,7 @@ class _CallScope:
             if self.batch.on_call is not None:
                 self.batch._durations[self.index] = time.perf_counter() - self.start
         if isinstance(exc, ToolInterrupt):
-            self.outcome.value = Interrupted(exc)
+            self.outcome.value = InterruptedCall(exc)
             return True
         return False
 

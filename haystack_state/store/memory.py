@@ -18,7 +18,7 @@ __all__ = ["InMemoryStore"]
 
 
 @dataclasses.dataclass(slots=True)
-class _Entry:
+class _StoredItem:
     value: str
     text: str
     vector: str | None
@@ -45,7 +45,7 @@ class InMemoryStore(Store):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._items: dict[tuple[str, str], _Entry] = {}
+        self._items: dict[tuple[str, str], _StoredItem] = {}
         self._lock = threading.Lock()
 
     def init_parameters(self) -> dict[str, Any]:
@@ -83,10 +83,12 @@ class InMemoryStore(Store):
         old = self._items.get((op.namespace, op.key))
         created = old.created_at if old is not None and old.live(op.now) else op.now
         expires = op.now + op.ttl if op.ttl is not None else None
-        self._items[(op.namespace, op.key)] = _Entry(op.value, op.text, op.vector, created, op.now, op.ttl, expires)
+        self._items[(op.namespace, op.key)] = _StoredItem(
+            op.value, op.text, op.vector, created, op.now, op.ttl, expires
+        )
 
     @staticmethod
-    def _row(namespace: str, key: str, entry: _Entry, score: float | None = None, vectors: bool = False) -> Row:
+    def _row(namespace: str, key: str, entry: _StoredItem, score: float | None = None, vectors: bool = False) -> Row:
         vector = entry.vector if vectors else None
         return Row(namespace, key, entry.value, entry.created_at, entry.updated_at, entry.ttl, score, vector)
 
