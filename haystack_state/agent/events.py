@@ -404,11 +404,49 @@ class EventSink:
         :param event_type: The event class.
         :param fields: Its own fields.
         """
+        shape = _SHAPES.get(event_type) or _shape(event_type)
         with self._lock:
-            event = event_type(
-                run_id=self.run_id, seq=next(self._counter), time=time.time(), thread_id=self.thread_id, **fields
-            )
+            if shape is _PLAIN:
+                event = event_type(
+                    run_id=self.run_id, seq=next(self._counter), time=time.time(), thread_id=self.thread_id, **fields
+                )
+            else:  # what the dataclass's __init__ does, without its frozen setattr per field (a stream makes many)
+                defaults, names = shape
+                event = _new(event_type)
+                values = event.__dict__
+                values.update(defaults)
+                values.update(fields)
+                values["run_id"] = self.run_id
+                values["seq"] = next(self._counter)
+                values["time"] = time.time()
+                values["thread_id"] = self.thread_id
+                if values.keys() != names:
+                    raise TypeError(f"{event_type.__name__} takes {sorted(names)}, got {sorted(values)}")
             self.listener(event)
+
+
+_new = object.__new__
+#: An event class made by its ``__init__`` (one with a ``__post_init__``, a default factory or slots).
+_PLAIN: tuple[dict[str, Any], frozenset[str]] = ({}, frozenset())
+#: By event class: its fields' defaults and all its fields' names, or ``_PLAIN``.
+_SHAPES: dict[type[AgentEvent], tuple[dict[str, Any], frozenset[str]]] = {}
+
+
+def _shape(event_type: type[AgentEvent]) -> tuple[dict[str, Any], frozenset[str]]:
+    """How :meth:`EventSink.emit` makes events of a class (worked out once per class)."""
+    fields = dataclasses.fields(event_type)
+    plain = (
+        hasattr(event_type, "__post_init__")
+        or hasattr(event_type, "__slots__")
+        or any(field.default_factory is not dataclasses.MISSING for field in fields)
+    )
+    if plain:
+        shape = _PLAIN
+    else:
+        defaults = {field.name: field.default for field in fields if field.default is not dataclasses.MISSING}
+        shape = (defaults, frozenset(field.name for field in fields))
+    _SHAPES[event_type] = shape
+    return shape
 
 
 def apply_state_changes(values: Mapping[str, Any], events: list[AgentEvent]) -> dict[str, Any]:

@@ -3,12 +3,21 @@
 :mod:`haystack_state.agent.events`), as a mixin of :class:`haystack_state.agent.Agent`.
 
 Events cost only when someone listens: a plain ``run`` has no sink, and the loop makes no event. A stream runs the
-loop with a sink that queues events for the consumer: ``stream`` drives the run in a worker thread (so that model
-chunks arrive while the model call is under way), ``stream_async`` in a task of the caller's event loop.
+loop with a sink that buffers events for the consumer.
 
-The consumer may stop early: breaking out of the iteration cancels the run before its next effect (a model call, a
-tool batch, a hook, a commit). What was committed stands, and the thread can be continued with
-``agent.run([], thread_id=...)``.
+``stream`` drives the loop (a generator of effects, see :mod:`haystack_state.agent.loop`) from the iterator itself,
+on the consumer's thread: it yields the events made so far before each effect, and executes the effect only when the
+consumer asks for the next event, so that events cost no thread hand-off. The effects that may emit events while
+they are under way (a model call that streams its chunks, a tool batch, a loaded key's loader) are executed by a
+helper thread of the stream instead, while the iterator yields their events as they come; but a model or tools whose
+last call in the stream took less than :data:`QUICK_EFFECT` (a millisecond) run on the consumer's thread too, their
+events yielded when they return, that little later (a hand-off per call would cost more than such a call). The other
+effects (hooks, commits, taking the lease, a retry's backoff) run on the consumer's thread, and what they emit is
+yielded when they return. ``stream_async`` drives the run in a task of the caller's event loop.
+
+The consumer may stop early: breaking out of the iteration (or closing the iterator) cancels the run before its next
+effect (a model call, a tool batch, a hook, a commit); an effect under way is let finish first. What was committed
+stands, and the thread can be continued with ``agent.run([], thread_id=...)``.
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ import contextvars
 import dataclasses
 import queue
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from haystack.dataclasses import ChatMessage, StreamingChunk
@@ -28,15 +39,30 @@ from haystack.tools.tool import Tool
 from haystack.tools.toolset import Toolset
 from haystack.tools.utils import warm_up_tools, warm_up_tools_async
 
-from haystack_state.agent.drive import Effects, RunCancelled, drive, drive_async
+from haystack_state.agent.drive import Effects, RunCancelled, drive_async, execute
 from haystack_state.agent.events import AgentEvent, EventSink, ModelChunk, RunFailed, RunFinished
-from haystack_state.agent.loop import Effect, LoopConfig, RunControl, RunRequest, agent_loop
+from haystack_state.agent.loop import (
+    CallModel,
+    Effect,
+    LoadField,
+    LoopConfig,
+    RunControl,
+    RunRequest,
+    RunTools,
+    agent_loop,
+)
 from haystack_state.agent.session import ThreadSession, UnfinishedCalls
 
 if TYPE_CHECKING:
     from haystack_state.agent.toolbox import ToolsArg
 
-__all__ = ["RunOptions", "StreamMethods", "model_callback", "runtime_tools"]
+__all__ = ["QUICK_EFFECT", "RunOptions", "StreamMethods", "model_callback", "runtime_tools"]
+
+#: A model call or tool call of a sync stream that took less than this (seconds) runs on the consumer's thread the next
+#: time (its events are yielded when it returns: that late at most, unless it is slower this time); one that took
+#: longer (or failed, or has not run yet in the stream) runs on the stream's helper thread, its events yielded as
+#: they come.
+QUICK_EFFECT = 0.001
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,8 +194,10 @@ class StreamMethods:
         (then the error is raised).
 
         Takes the same parameters as :meth:`run`; a bad input (a missing prompt variable, an unknown input, a busy
-        thread) raises here, before anything runs. Stop iterating to cancel the run: it stops before its next
-        effect, and what it committed stands.
+        thread) raises here, before anything runs. The run goes on as the iteration asks for events, on the caller's
+        thread (model and tool calls that take time run on a helper thread, their chunks and events yielded as they
+        come); its thread is released before the last event. Stop iterating (or close the iterator) to cancel the
+        run: it stops before its next effect, and what it committed stands.
 
         :param messages: The conversation so far.
         :param streaming_callback: Also receives the model's chunks and the tool results.
@@ -191,12 +219,11 @@ class StreamMethods:
         check_resume(messages, thread_id, checkpoint_id, decisions, answers)
         self.warm_up()
         warm_up_tools(runtime_tools(tools))
-        events = _Handoff()
-        sink = EventSink(events.put, thread_id)
+        channel = _Channel()
+        sink = EventSink(channel.put, thread_id)
         if run_id is not None:
             sink.run_id = run_id
         control = RunControl()
-        control.gate = lambda: events.wait_taken(control)
         options = RunOptions(
             streaming_callback,
             thread_id,
@@ -219,7 +246,7 @@ class StreamMethods:
             if session is not None:
                 session.close()
             raise
-        return _pump(flow, self._effects(control, options), session, sink, events, control)
+        return _pump(flow, self._effects(control, options), session, sink, channel, control)
 
     async def stream_async(
         self,
@@ -338,74 +365,189 @@ def _pump(
     effects: Effects,
     session: ThreadSession | None,
     sink: EventSink,
-    events: _Handoff,
+    channel: _Channel,
     control: RunControl,
 ) -> Iterator[AgentEvent]:
-    """Drive the run in a worker thread, yielding its events; cancel it if the consumer stops early."""
-
-    def work() -> None:
-        try:
-            outputs = drive(flow, effects)
-            sink.emit(RunFinished, outputs=outputs)
-        except BaseException as exc:
-            _report(sink, exc)
-            events.put(_Raised(exc))
-        finally:
-            if session is not None:
-                session.close()
-            events.put(_DONE)
-
-    context = contextvars.copy_context()  # the caller's tracing span stays the run's parent
-    worker = threading.Thread(target=context.run, args=(work,), name="haystack-state-stream", daemon=True)
-    worker.start()
+    """
+    Drive the run from the iterator, yielding its events: before each effect, every event made so far is yielded, and
+    the effect is executed when the consumer asks for more. If the consumer stops, the run stops there (an effect
+    under way on the helper thread is let finish first); what was committed stands.
+    """
+    context = contextvars.copy_context()  # the run's context vars stay its own; the caller's span is its parent
+    helper = _Helper(context, channel)
+    pending = channel.pending
+    pace: dict[Hashable, bool] = {}  # whether the model, each tool, ran in less than QUICK_EFFECT last time
+    ended = False  # the loop has ended (then the session is closed)
+    value: Any = None
+    error: BaseException | None = None
+    failure: BaseException | None = None
+    outputs: dict[str, Any] = {}
     try:
-        while (item := events.get()) is not _DONE:
-            if isinstance(item, _Raised):
-                raise item.error
-            yield item
-            events.taken()
+        while True:
+            try:
+                effect = context.run(flow.send, value) if error is None else context.run(flow.throw, error)
+            except StopIteration as stop:
+                outputs = stop.value
+                break
+            except BaseException as exc:  # the loop raised: it is over
+                failure = exc
+                break
+            while pending:  # the consumer takes every event made so far before the next effect
+                yield pending.popleft()
+            if control.cancelled:
+                context.run(flow.close)  # the loop's spans end; nothing more runs
+                failure = RunCancelled("The run was cancelled; its last committed checkpoint stands.")
+                break
+            value, error = None, None
+            keys = _under_way_keys(effect)
+            if keys is None:  # it emits nothing while under way
+                try:
+                    value = context.run(execute, effect, effects)
+                except BaseException as exc:
+                    error = exc
+            else:
+                if keys and all(pace.get(key, False) for key in keys):  # quick last time: its events can wait
+                    started = time.perf_counter()
+                    try:
+                        value = context.run(execute, effect, effects)
+                    except BaseException as exc:
+                        error = exc
+                    took = time.perf_counter() - started
+                else:
+                    value, error, took = yield from helper.execute(effect, effects)
+                quick = error is None and took < QUICK_EFFECT
+                for key in keys:
+                    pace[key] = quick
+            if error is not None and not isinstance(error, Exception):  # (KeyboardInterrupt, SystemExit)
+                context.run(flow.close)
+                failure = error
+                break
+        ended = True
+        if failure is None:
+            sink.emit(RunFinished, outputs=outputs)
+        else:
+            _report(sink, failure)
+        if session is not None:
+            session.close()  # before the last event: a consumer that acts on it finds the thread free
+        while pending:
+            yield pending.popleft()
+        if failure is not None:
+            raise failure
     finally:
-        control.cancel()  # a no-op if the run is over; otherwise it stops before its next effect
-        events.release()
-        worker.join()
+        if not ended:  # the consumer stopped listening (or raised into the iterator): stop the run where it is
+            control.cancel()
+            try:
+                helper.settle()
+                context.run(flow.close)
+            finally:
+                if session is not None:
+                    session.close()
+        helper.stop()
 
 
-class _Handoff:
+def _under_way_keys(effect: Effect) -> tuple[Hashable, ...] | None:
     """
-    The queue between a sync stream's run (in its worker thread) and the consumer, with back-pressure: before each
-    effect the run waits until the consumer has taken every event emitted so far (:meth:`wait_taken`), so breaking
-    out of the iterator stops the run right after the event the consumer saw last.
+    What runs in an effect that may emit events while it is under way (a model call given a streaming callback, a
+    tool batch, a loader): the keys its pace is kept under. None for the other effects.
     """
+    if isinstance(effect, CallModel):
+        return None if effect.inputs.get("streaming_callback") is None else (("model", id(effect.generator)),)
+    if isinstance(effect, RunTools):
+        if effect.on_call is None:
+            return None
+        return tuple(("tool", call.tool_name) for message in effect.messages for call in message.tool_calls)
+    if isinstance(effect, LoadField):
+        return (("load", effect.key),)
+    return None
+
+
+class _Channel:
+    """
+    Where a sync stream's events wait for the consumer. Between effects the run and the consumer share one thread,
+    and events only queue up; during an effect on the helper thread (``live``), each event also wakes the consumer.
+    """
+
+    __slots__ = ("live", "pending", "wake")
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._condition = threading.Condition()
-        self._put = 0
-        self._taken = 0
-        self._released = False
+        self.pending: deque[AgentEvent] = deque()
+        self.wake: queue.SimpleQueue[_Outcome | None] = queue.SimpleQueue()
+        self.live = False
 
-    def put(self, item: Any) -> None:
-        with self._condition:
-            self._put += 1
-        self._queue.put(item)
+    def put(self, event: AgentEvent) -> None:
+        """Queue an event (the sink's listener; the sink serializes its calls)."""
+        self.pending.append(event)
+        if self.live:
+            self.wake.put(None)
 
-    def get(self) -> Any:
-        return self._queue.get()
 
-    def taken(self) -> None:
-        """The consumer is done with the last event it got."""
-        with self._condition:
-            self._taken += 1
-            if self._taken >= self._put:
-                self._condition.notify_all()
+class _Outcome:
+    """What an effect executed on the helper thread produced or raised, and how long it took (seconds)."""
 
-    def release(self) -> None:
-        """The consumer is gone: never wait for it again."""
-        with self._condition:
-            self._released = True
-            self._condition.notify_all()
+    __slots__ = ("error", "took", "value")
 
-    def wait_taken(self, control: RunControl) -> None:
-        with self._condition:
-            while self._taken < self._put and not self._released and not control.cancelled:
-                self._condition.wait(0.5)
+    def __init__(self, value: Any, error: BaseException | None, took: float) -> None:
+        self.value = value
+        self.error = error
+        self.took = took
+
+
+class _Helper:
+    """
+    The helper thread of a sync stream, started at its first live effect and kept until the stream ends: it executes
+    the effects that emit events while they are under way, so that the consumer receives them as they come.
+    """
+
+    def __init__(self, context: contextvars.Context, channel: _Channel) -> None:
+        self._context = context
+        self._channel = channel
+        self._jobs: queue.SimpleQueue[tuple[Effect, Effects] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._in_flight = False
+
+    def execute(
+        self, effect: Effect, effects: Effects
+    ) -> Generator[AgentEvent, None, tuple[Any, BaseException | None, float]]:
+        """
+        Execute an effect on the helper thread, yielding the events it emits meanwhile; return its result, its error
+        and how long it took (seconds).
+        """
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="haystack-state-stream", daemon=True)
+            self._thread.start()
+        channel = self._channel
+        wake, pending = channel.wake, channel.pending
+        channel.live = True
+        self._in_flight = True
+        self._jobs.put((effect, effects))
+        while True:
+            token = wake.get()
+            if token is not None:  # the effect is over: the events it made are all pending
+                self._in_flight = channel.live = False
+            while pending:
+                yield pending.popleft()
+            if token is not None:
+                return token.value, token.error, token.took
+
+    def settle(self) -> None:
+        """Wait until the effect under way (if any) is over, dropping its result."""
+        while self._in_flight:
+            if self._channel.wake.get() is not None:
+                self._in_flight = self._channel.live = False
+
+    def stop(self) -> None:
+        """End the helper thread (after :meth:`settle`)."""
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def _serve(self) -> None:
+        jobs, wake, context = self._jobs, self._channel.wake, self._context
+        while (job := jobs.get()) is not None:
+            started = time.perf_counter()
+            try:
+                outcome = _Outcome(context.run(execute, *job), None, time.perf_counter() - started)
+            except BaseException as exc:  # handed to the consumer's thread, which decides
+                outcome = _Outcome(None, exc, time.perf_counter() - started)
+            wake.put(outcome)
