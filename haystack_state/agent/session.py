@@ -448,7 +448,9 @@ class ThreadSession:
         keeper, self._keeper = self._keeper, None
         lease, self.lease = self.lease, None
         if keeper is not None:
-            lease = await asyncio.to_thread(keeper.stop)
+            lease = keeper.try_stop()  # (no thread hop, unless a renewal is under way: then wait for it there)
+            if lease is None:
+                lease = await asyncio.to_thread(keeper.stop)
         if lease is not None:
             try:
                 await self.checkpointer.arelease_lease(lease)

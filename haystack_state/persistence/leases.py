@@ -108,6 +108,15 @@ class LeaseKeeper:
         Renewer.shared().remove(self)
         return self.lease
 
+    def try_stop(self) -> Lease | None:
+        """
+        Stop renewing, without waiting: for an event loop, which must not wait for a renewal under way.
+
+        :returns: The lease as last renewed; None if a renewal is under way (it is not renewed again after it: call
+            :meth:`stop` from a worker thread to wait for it and get the lease it renewed).
+        """
+        return self.lease if Renewer.shared().remove(self, wait=False) else None
+
 
 class Renewer:
     """
@@ -147,15 +156,24 @@ class Renewer:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="haystack-state-lease-renewer", daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
+            if self._due[0][2] is keeper:  # due before every other: the thread sleeps until a later one
+                self._cond.notify_all()
 
-    def remove(self, keeper: LeaseKeeper) -> None:
-        """Stop renewing ``keeper``'s lease, waiting for a renewal of it under way (unless called from it)."""
+    def remove(self, keeper: LeaseKeeper, *, wait: bool = True) -> bool:
+        """
+        Stop renewing ``keeper``'s lease, waiting for a renewal of it under way (unless called from it).
+
+        :param wait: Whether to wait for a renewal under way; without, return False if there is one.
+        :returns: Whether no renewal of it is under way any more.
+        """
         with self._cond:
             keeper.active = False
             if threading.current_thread() is not self._thread:
+                if keeper.renewing and not wait:
+                    return False
                 while keeper.renewing:
                     self._cond.wait()
+        return True
 
     def _schedule(self, keeper: LeaseKeeper) -> None:
         due = time.monotonic() + keeper.checkpointer.lease_ttl / 3

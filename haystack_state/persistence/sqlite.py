@@ -5,9 +5,15 @@ Each checkpoint is one row holding its delta (and now and then a snapshot of the
 holds the head, a ``leases`` row a run's lease. Commits run in ``BEGIN IMMEDIATE`` transactions, so two writers of
 the same thread are serialized and the second sees the first's head (and gets a
 :class:`~haystack_state.errors.ThreadConflictError`); the writers of one process also queue on a lock rather than
-on SQLite's busy timeout. Connections are pooled: a thread borrows one per operation, so reads from several threads
-run concurrently (WAL). The async methods run the same operations on a dedicated thread pool, so they never block
-the event loop.
+on SQLite's busy timeout (one lock per file, shared with the server's tables on it: :class:`SQLiteFile`).
+Connections are pooled: a thread borrows one per operation, so reads from several threads run concurrently (WAL).
+
+The async methods run the short operations (a commit, a lease, a head's metadata: tens of microseconds in WAL mode
+with ``synchronous=NORMAL``, which syncs nothing at a commit) inline on the event loop, as long as they need not wait:
+one that would (another writer, of this process or another, holds the database) is done on a dedicated thread pool
+instead, as are the long ones (reading a state's chain, history, deleting, pruning), so the loop never waits for a
+lock or a large read. The WAL checkpoints of the inline writes, which sync the file, run in a background thread too.
+A thread hop costs more than such an operation: on a loaded server it was the larger part of the storage's CPU.
 
 Durability: the database runs in WAL mode with ``synchronous=NORMAL``. A commit is durable against a crash of the
 process as soon as ``commit`` returns; after a power loss or an operating-system crash the last commits before it
@@ -29,7 +35,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, CheckpointStorageError, ThreadNotFoundError
 from haystack_state.migrations import migrate_sqlite, sqlite_version
@@ -93,6 +99,15 @@ MIGRATIONS: list[tuple[str, ...]] = [
 ]
 
 _META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
+# A checkpoint's record (the head's if :checkpoint is NULL) and the thread's visible head: no row if the thread is
+# not visible; the head and NULLs if the checkpoint is not in it.
+_READ_META = f"""
+    SELECT t.head_id, c.thread_id, c.checkpoint_id, c.parent_id, c.step, c.source, c.tool_names, c.created_at,
+        c.changed_keys, c.metadata, '', NULL, c.chain_bytes, c.base_bytes
+    FROM {THREADS} AS t LEFT JOIN {CHECKPOINTS} AS c
+        ON c.thread_id = t.thread_id AND c.checkpoint_id = COALESCE(:checkpoint, t.head_id)
+    WHERE t.thread_id = :thread AND (t.expires_at IS NULL OR t.expires_at > :now)
+"""
 _VISIBLE = "(expires_at IS NULL OR expires_at > :now)"
 # Each step of the walk is one primary-key lookup; it stops at a snapshot, at ``stop`` or at the root. SQLite yields
 # the rows as it walks, and the reader stops at the first repeated id (a corrupt, cyclic chain).
@@ -107,6 +122,113 @@ _CHAIN = f"""
     )
     SELECT checkpoint_id, parent_id, delta, snapshot FROM chain
 """
+
+
+#: The operations done inline on the event loop (when they need not wait): each is a few statements on one thread's
+#: rows. The others (a state's chain, history, thread lists, deletes, pruning) may read or write much more.
+INLINE_OPS = (
+    ops.Insert,
+    ops.ReadHead,
+    ops.ReadMeta,
+    ops.OpenThread,
+    ops.HoldThread,
+    ops.AcquireLease,
+    ops.RenewLease,
+    ops.ReleaseLease,
+    ops.ReadLease,
+    ops.RequestStop,
+    ops.SetTTL,
+)
+
+
+class WouldBlock(Exception):
+    """
+    An operation tried inline on an event loop would have to wait (another writer holds the database's lock, in
+    this process or another): nothing was done, and it is done in a worker thread instead. Never reaches a caller.
+    """
+
+
+def is_busy(error: BaseException) -> bool:
+    """Whether a SQLite error says that the database is locked by another connection (``SQLITE_BUSY``/``LOCKED``)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(error, sqlite3.OperationalError) and code is not None and code & 0xFF in (5, 6)
+
+
+class SQLiteFile:
+    """
+    What every connection of one SQLite file in this process shares: the write lock, on which the process's writers
+    (the checkpointer's, the server's tables', any thread's) queue instead of sleeping in SQLite's busy handler;
+    and the WAL checkpoints of the writes made inline on an event loop, whose connections do not checkpoint
+    themselves (a checkpoint syncs the file: a background thread does it, every :attr:`CHECKPOINT_EVERY` such
+    writes).
+
+    :param path: The file (its real path names it).
+    """
+
+    CHECKPOINT_EVERY: ClassVar[int] = 200
+    _files: ClassVar[dict[str, SQLiteFile]] = {}
+    _files_lock: ClassVar[threading.Lock] = threading.Lock()
+    _checkpointer: ClassVar[ThreadPoolExecutor | None] = None
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        #: Reentrant: a thread that writes inside its own write (it should not) meets SQLite's busy timeout, as
+        #: before, rather than a deadlock.
+        self.write_lock = threading.RLock()
+        self._writes = 0
+        self._checkpointing = False
+
+    @classmethod
+    def of(cls, path: str) -> SQLiteFile:
+        """The shared state of a database file (a private one for ``":memory:"`` and URIs)."""
+        if path == ":memory:" or path.startswith("file:"):
+            return cls(path)
+        key = os.path.realpath(path)
+        with cls._files_lock:
+            found = cls._files.get(key)
+            if found is None:
+                found = cls._files[key] = cls(key)
+            return found
+
+    def wrote_inline(self) -> None:
+        """Count a write made inline; every :attr:`CHECKPOINT_EVERY`, checkpoint the WAL in the background."""
+        self._writes += 1
+        if self._writes < self.CHECKPOINT_EVERY or self._checkpointing or self.path.startswith(("file:", ":memory:")):
+            return
+        self._writes = 0
+        self._checkpointing = True
+        executor = SQLiteFile._checkpointer
+        if executor is None:
+            with SQLiteFile._files_lock:
+                executor = SQLiteFile._checkpointer
+                if executor is None:
+                    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="haystack-state-wal")
+                    SQLiteFile._checkpointer = executor
+        try:
+            executor.submit(self._checkpoint)
+        except RuntimeError:  # the interpreter is shutting down
+            self._checkpointing = False
+
+    def _checkpoint(self) -> None:
+        try:
+            conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            finally:
+                conn.close()
+        except sqlite3.Error:  # the file went away; the next one tries again
+            pass
+        finally:
+            self._checkpointing = False
+
+
+def _forget_files_after_fork() -> None:
+    SQLiteFile._files = {}
+    SQLiteFile._files_lock = threading.Lock()
+    SQLiteFile._checkpointer = None
+
+
+os.register_at_fork(after_in_child=_forget_files_after_fork)
 
 
 def pack_snapshot(snapshot: str | None) -> bytes | None:
@@ -168,8 +290,10 @@ class SQLiteCheckpointer(Checkpointer):
         self._timeout = timeout
         self._read_only = read_only
         self._pool_lock = threading.Lock()
-        self._write_lock = threading.Lock()
+        self._file = SQLiteFile.of(self._path)
+        self._write_lock = self._file.write_lock
         self._idle: list[sqlite3.Connection] = []
+        self._inline_idle: list[sqlite3.Connection] = []  # for the event loops' inline operations: they never wait
         self._all: list[sqlite3.Connection] = []
         self._single = threading.Lock() if self._path == ":memory:" else None
         self._executor: ThreadPoolExecutor | None = None
@@ -214,23 +338,29 @@ class SQLiteCheckpointer(Checkpointer):
 
     # --- connections --------------------------------------------------------------------------------------------
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self, inline: bool = False) -> sqlite3.Connection:
+        timeout = 0.0 if inline else self._timeout  # an inline operation that would wait is done in a thread
         if self._read_only:
-            conn = connect_read_only(self._path, timeout=self._timeout)
+            conn = connect_read_only(self._path, timeout=timeout)
         else:
-            conn = sqlite3.connect(self._path, timeout=self._timeout, check_same_thread=False, isolation_level=None)
+            conn = sqlite3.connect(self._path, timeout=timeout, check_same_thread=False, isolation_level=None)
             conn.execute("PRAGMA synchronous=NORMAL")
+            if inline:
+                conn.execute("PRAGMA wal_autocheckpoint=0")  # a background thread checkpoints (SQLiteFile)
         return conn
 
     @contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
+    def _connection(self, inline: bool = False) -> Iterator[sqlite3.Connection]:
         if self._single is not None:
-            self._single.acquire()
+            if not self._single.acquire(blocking=not inline):
+                raise WouldBlock
+            inline = False  # ":memory:" is one connection's database: every operation uses that one
         try:
+            idle = self._inline_idle if inline else self._idle
             with self._pool_lock:
-                conn = self._idle.pop() if self._idle else None
+                conn = idle.pop() if idle else None
             if conn is None:
-                conn = self._open()
+                conn = self._open(inline)
                 with self._pool_lock:
                     self._all.append(conn)
             try:
@@ -239,10 +369,36 @@ class SQLiteCheckpointer(Checkpointer):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 with self._pool_lock:
-                    self._idle.append(conn)
+                    idle.append(conn)
         finally:
             if self._single is not None:
                 self._single.release()
+
+    @contextmanager
+    def _writing(self, inline: bool = False) -> Iterator[sqlite3.Connection]:
+        """
+        A write transaction (``BEGIN IMMEDIATE``), committed at the end, rolled back on an error. ``inline`` (on an
+        event loop): :class:`WouldBlock` instead of waiting for the lock, and nothing is written then.
+        """
+        if not self._write_lock.acquire(blocking=not inline):
+            raise WouldBlock
+        try:
+            with self._connection(inline) as conn:
+                self._check_file()
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException as error:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    if inline and is_busy(error):
+                        raise WouldBlock from error
+                    raise
+        finally:
+            self._write_lock.release()
+        if inline:
+            self._file.wrote_inline()
 
     def _file_identity(self) -> tuple[int, int] | None:
         if self._path == ":memory:" or self._path.startswith("file:"):
@@ -264,23 +420,17 @@ class SQLiteCheckpointer(Checkpointer):
                 "written to it (a commit would be lost). Open a new checkpointer on the file."
             )
 
-    def _execute(self, op: ops.Op) -> Any:
+    def _execute(self, op: ops.Op, inline: bool = False) -> Any:
         handler = self._handlers[type(op)]
         if isinstance(op, ops.WRITES):
-            with self._write_lock, self._connection() as conn:
-                self._check_file()
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    result = handler(conn, op)
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-                return result
-        with self._connection() as conn:
+            with self._writing(inline) as conn:
+                return handler(conn, op)
+        with self._connection(inline) as conn:
             try:
                 return handler(conn, op)
             except sqlite3.OperationalError as error:
+                if inline and is_busy(error):
+                    raise WouldBlock from error
                 if "Could not decode to UTF-8" not in str(error):
                     raise
             # A cell that is not valid UTF-8 (another program wrote it): read again, its bad bytes as escapes that
@@ -293,45 +443,54 @@ class SQLiteCheckpointer(Checkpointer):
             finally:
                 conn.text_factory = str
 
-    async def _aexecute(self, op: ops.Op) -> Any:
+    def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
             with self._pool_lock:
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="haystack-state-sqlite")
+        return self._executor
+
+    async def _aexecute(self, op: ops.Op) -> Any:
         loop = asyncio.get_running_loop()
         if isinstance(op, ops.Insert):
-            with self._pool_lock:
-                group = self._groups.get(loop)
-                if group is None:
-                    group = self._groups[loop] = GroupCommit()
-            executor = self._executor
-            return await group.submit(op, lambda batch: loop.run_in_executor(executor, self._insert_batch, batch))
-        return await loop.run_in_executor(self._executor, self._execute, op)
+            group = self._groups.get(loop)
+            if group is None:
+                with self._pool_lock:
+                    group = self._groups.setdefault(loop, GroupCommit())
+            return await group.submit(op, self._write_batch)
+        if isinstance(op, INLINE_OPS):
+            try:
+                return self._execute(op, inline=True)
+            except WouldBlock:
+                pass
+        return await loop.run_in_executor(self._pool(), self._execute, op)
 
-    def _insert_batch(self, batch: list[ops.Insert]) -> list[Any]:
+    async def _write_batch(self, batch: list[ops.Insert]) -> list[Any]:
+        """A group commit: inline on the event loop, or in a thread if it would wait for the lock."""
+        try:
+            return self._insert_batch(batch, inline=True)
+        except WouldBlock:
+            return await asyncio.get_running_loop().run_in_executor(self._pool(), self._insert_batch, batch)
+
+    def _insert_batch(self, batch: list[ops.Insert], inline: bool = False) -> list[Any]:
         """
         Apply the commits of several async runs in one transaction (a group commit), each in a savepoint of its own:
         one that fails (a stale head, a lease held by another run) is undone alone and gets its error.
         """
         results: list[Any] = []
-        with self._write_lock, self._connection() as conn:
-            self._check_file()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for op in batch:
-                    conn.execute("SAVEPOINT one_commit")
-                    try:
-                        self._insert(conn, op)
-                    except Exception as error:
-                        conn.execute("ROLLBACK TO one_commit")
-                        results.append(Failed(error))
-                    else:
-                        results.append(None)
-                    conn.execute("RELEASE one_commit")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        with self._writing(inline) as conn:
+            for op in batch:
+                conn.execute("SAVEPOINT one_commit")
+                try:
+                    self._insert(conn, op)
+                except Exception as error:
+                    if inline and is_busy(error):
+                        raise  # the whole batch goes to a thread (rolled back: nothing is written)
+                    conn.execute("ROLLBACK TO one_commit")
+                    results.append(Failed(error))
+                else:
+                    results.append(None)
+                conn.execute("RELEASE one_commit")
         return results
 
     def _close(self) -> None:
@@ -453,20 +612,16 @@ class SQLiteCheckpointer(Checkpointer):
         return self._visible_head(conn, op.thread_id, op.now)
 
     def _read_meta(self, conn: sqlite3.Connection, op: ops.ReadMeta) -> StoredCheckpoint:
-        conn.execute("BEGIN")
-        head = self._visible_head(conn, op.thread_id, op.now)
-        if head is None:
-            raise ThreadNotFoundError(op.thread_id)
-        target = head if op.checkpoint_id is None else op.checkpoint_id
+        # One statement (a consistent read without a transaction): the visible head and the checkpoint's record.
         found = conn.execute(
-            f"SELECT {_META}, '', NULL, chain_bytes, base_bytes FROM {CHECKPOINTS} "
-            "WHERE thread_id = ? AND checkpoint_id = ?",
-            (op.thread_id, target),
-        ).fetchone()
-        conn.execute("COMMIT")
-        if found is None:
-            raise CheckpointNotFoundError(op.thread_id, target)
-        return _row(found)
+            _READ_META, {"thread": op.thread_id, "now": _epoch(op.now), "checkpoint": op.checkpoint_id}
+        )
+        row = found.fetchone()
+        if row is None:
+            raise ThreadNotFoundError(op.thread_id)
+        if row[1] is None:
+            raise CheckpointNotFoundError(op.thread_id, row[0] if op.checkpoint_id is None else op.checkpoint_id)
+        return _row(row[1:])
 
     def _open_thread(
         self, conn: sqlite3.Connection, op: ops.OpenThread
@@ -626,15 +781,17 @@ class SQLiteCheckpointer(Checkpointer):
         return True
 
     def _acquire(self, conn: sqlite3.Connection, op: ops.AcquireLease) -> tuple[str, dt.datetime] | None:
-        found = conn.execute(f"SELECT owner, expires_at FROM {LEASES} WHERE thread_id = ?", (op.thread_id,)).fetchone()
-        if found is not None and found[0] != op.owner and found[1] > _epoch(op.now):
-            return (found[0], _from_epoch(found[1]))
-        conn.execute(
+        # Taken unless another owner's live lease holds the thread (one statement; the holder is read if so).
+        taken = conn.execute(
             f"INSERT INTO {LEASES} (thread_id, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (thread_id) "
-            "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, stop_requested = 0",
-            (op.thread_id, op.owner, _epoch(op.expires_at)),
-        )
-        return None
+            "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, stop_requested = 0 "
+            f"WHERE {LEASES}.owner = excluded.owner OR {LEASES}.expires_at <= ?",
+            (op.thread_id, op.owner, _epoch(op.expires_at), _epoch(op.now)),
+        ).rowcount
+        if taken:
+            return None
+        found = conn.execute(f"SELECT owner, expires_at FROM {LEASES} WHERE thread_id = ?", (op.thread_id,)).fetchone()
+        return (found[0], _from_epoch(found[1]))
 
     def _hold(self, conn: sqlite3.Connection, op: ops.HoldThread) -> tuple[tuple[str, dt.datetime] | None, str | None]:
         holder = self._acquire(conn, ops.AcquireLease(op.thread_id, op.owner, op.now, op.expires_at))

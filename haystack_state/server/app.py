@@ -37,7 +37,7 @@ from haystack_state.server.routers import runs as runs_router
 from haystack_state.server.routers import store as store_router
 from haystack_state.server.routers import threads as threads_router
 from haystack_state.server.runs import AtCapacity, RunManager
-from haystack_state.server.storage import QueueFull, ServerStorage, ThreadBusy
+from haystack_state.server.storage import IdempotencyConflict, QueueFull, ServerStorage, ThreadBusy
 from haystack_state.server.stores import store_for
 from haystack_state.server.wire import WireError
 from haystack_state.store.base import Store
@@ -132,9 +132,6 @@ def create_app(
 
     app = FastAPI(title="haystack-state", summary="The Agent Protocol for haystack-state agents", lifespan=lifespan)
     app.state.server = server
-    for router in (assistants_router.router, threads_router.router, runs_router.router, store_router.router):
-        app.include_router(router)
-    app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="ui")
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:
@@ -154,6 +151,12 @@ def create_app(
             "host": {"kind": "self-hosted", "project_id": None, "host_revision_id": None, "revision_id": None},
             "haystack_state": {"version": VERSION},
         }
+
+    # The runs router first, then threads: FastAPI matches a request against the routes in order, and these are the
+    # busiest (no path of one router matches another's).
+    for router in (runs_router.router, threads_router.router, assistants_router.router, store_router.router):
+        app.include_router(router)
+    app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="ui")
 
     _error_handlers(app)
     app.add_middleware(JsonBody)
@@ -205,6 +208,7 @@ def _error_handlers(app: FastAPI) -> None:
         return detail(404, str(error))
 
     @app.exception_handler(ThreadBusy)
+    @app.exception_handler(IdempotencyConflict)
     @app.exception_handler(ThreadConflictError)
     async def conflict(_: Request, error: Exception) -> JSONResponse:
         return detail(409, str(error))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import importlib
 import math
 import os
@@ -336,7 +337,27 @@ def serve(args: argparse.Namespace, out: Callable[..., Any] = print) -> None:
     names = ", ".join(assistant.name for assistant in server.assistants)
     host = f"[{args.host}]" if ":" in args.host else args.host  # an IPv6 address
     out(f"Serving {names} at http://{host}:{args.port} (the inspector is at /ui)", flush=True)
+    settle_heap()
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+
+
+#: The garbage collector's thresholds for a server (Python's are 700, 10, 10): see :func:`settle_heap`.
+GC_THRESHOLDS = (20_000, 20, 20)
+
+
+def settle_heap() -> None:
+    """
+    Tune the garbage collector for serving. What the process loaded (modules, the agents, the app) is kept out of
+    the full collections, which otherwise walk all of it, a few times a minute under load, for a quarter second
+    each: collected once, it is frozen (``gc.freeze``), so a full collection walks only what the requests made since
+    (objects frozen are still freed when nothing refers to them; only a reference cycle among them would stay). And
+    the young generation is collected every 20,000 allocations rather than 700: a run's objects, alive for its
+    duration, were walked by a collection several times per run (a fifth of the server's CPU at 50 concurrent
+    runs); most now die first. A collection then takes ~10 ms instead of ~0.5 ms, far less often.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _database(checkpointer: Checkpointer | None, db: str | None) -> str | None:

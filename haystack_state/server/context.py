@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from fastapi import Depends, HTTPException, Request
 
@@ -17,7 +17,7 @@ from haystack_state.server.runs import RunManager
 from haystack_state.server.storage import ServerStorage
 from haystack_state.store.base import Store
 
-__all__ = ["Auth", "Limits", "Server", "ServerDep", "UserDep", "get_server", "get_user"]
+__all__ = ["Auth", "Caller", "Limits", "Server", "ServerDep", "UserDep", "get_server", "get_user"]
 
 Auth = Callable[[Request], "str | Awaitable[str | None] | None"]
 """Maps a request to its user's id, or refuses it (``None``: 401; or raise ``HTTPException``)."""
@@ -85,15 +85,23 @@ class Server:
         return user
 
 
-def get_server(request: Request) -> Server:
-    """The app's :class:`Server`."""
+async def get_server(request: Request) -> Server:
+    """The app's :class:`Server` (async: FastAPI runs a plain function dependency in a worker thread)."""
     server: Server = request.app.state.server
     return server
 
 
 async def get_user(request: Request) -> str:
     """The request's user (see :meth:`Server.user`)."""
-    return await get_server(request).user(request)
+    server: Server = request.app.state.server
+    return await server.user(request)
+
+
+class Caller(NamedTuple):
+    """What a request of the runs router works with: the server, and the request's user."""
+
+    server: Server
+    user: str
 
 
 ServerDep = Annotated[Server, Depends(get_server)]

@@ -4,25 +4,36 @@ checkpointer) or PostgreSQL (the checkpointer's schema), behind one small interf
 written once (see :mod:`haystack_state.server.storage`).
 
 Queries use ``:name`` parameters and ``{threads}``, ``{runs}``, ``{run_events}``, ``{migrations}`` table
-placeholders; each backend turns them into its own parameter style and (schema-qualified) table names.
+placeholders; each backend turns them into its own parameter style and (schema-qualified) table names (once per
+query text).
+
+The event loop reaches the tables through :meth:`Database.run`. On SQLite it runs the work inline, on the loop, as
+the checkpointer runs its short operations (see :mod:`haystack_state.persistence.sqlite`): a point read or a
+one-row write takes tens of microseconds, less than a hop to a worker thread and back. Work that would wait for
+the file's lock (another writer, of this process or another, holds it) goes to a worker thread instead, before it
+has written anything. Both share the file's write lock (:class:`~haystack_state.persistence.sqlite.SQLiteFile`),
+so the process's writers queue on it instead of sleeping in SQLite's busy handler. On PostgreSQL the work runs in
+a worker thread (a round trip over the network must not hold the loop).
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 from haystack.utils import Secret
 
 from haystack_state.errors import CheckpointError
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.memory import InMemoryCheckpointer
-from haystack_state.persistence.sqlite import SQLiteCheckpointer
+from haystack_state.persistence.sqlite import SQLiteCheckpointer, SQLiteFile, WouldBlock, is_busy
 from haystack_state.text import lenient_text
 
 __all__ = ["Database", "PostgresDatabase", "SQLiteDatabase", "UniqueViolation", "database_for"]
@@ -35,6 +46,8 @@ TABLES = {
 }
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+T = TypeVar("T")
 
 
 class UniqueViolation(CheckpointError):
@@ -58,6 +71,15 @@ class Database(abc.ABC):
 
     #: ``"sqlite"`` or ``"postgres"``: picks the few dialect-specific fragments.
     dialect: str
+    #: Whether the workers of other processes hear :meth:`notify` (else they find changes by polling).
+    listens: bool = False
+
+    def notify(self, cur: Cursor, payload: str) -> None:
+        """
+        Tell the workers of every process on the database, once this transaction commits, that something changed
+        (``payload``: what). Nothing on a database that cannot (SQLite: workers poll).
+        """
+        del cur, payload
 
     @abc.abstractmethod
     def transaction(self, *, write: bool = True) -> AbstractContextManager[Cursor]:
@@ -72,14 +94,33 @@ class Database(abc.ABC):
     def close(self) -> None:
         """Release the connections."""
 
+    def read(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """
+        Run one read-only query and return its rows: a transaction of one statement, without ``BEGIN`` and
+        ``COMMIT`` (a statement alone reads one consistent snapshot).
+        """
+        with self.transaction(write=False) as cur:
+            return cur.rows(query, params)
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """
+        Do blocking database work (one or more transactions, through :meth:`transaction`) for the event loop: in a
+        worker thread, unless the backend can do it inline without waiting (SQLite: see the module docstring).
+
+        :param work: The work.
+        :returns: What it returns.
+        """
+        return await anyio.to_thread.run_sync(work)
+
 
 class _SQLiteCursor(Cursor):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
     def rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        sql = _sqlite_sql(query)
         try:
-            return list(self.conn.execute(_tables(query, TABLES), dict(params or {})).fetchall())
+            return self.conn.execute(sql, params or {}).fetchall()
         except sqlite3.OperationalError as error:
             if "Could not decode to UTF-8" not in str(error):
                 raise
@@ -87,17 +128,24 @@ class _SQLiteCursor(Cursor):
         # thread records read as U+FFFD, with a warning naming the thread.
         self.conn.text_factory = lenient_text
         try:
-            return list(self.conn.execute(_tables(query, TABLES), dict(params or {})).fetchall())
+            return self.conn.execute(sql, params or {}).fetchall()
         finally:
             self.conn.text_factory = str
 
     def change(self, query: str, params: Mapping[str, Any] | None = None) -> int:
         try:
-            return int(self.conn.execute(_tables(query, TABLES), dict(params or {})).rowcount)
+            return int(self.conn.execute(_sqlite_sql(query), params or {}).rowcount)
         except sqlite3.IntegrityError as error:
             if "UNIQUE" in str(error):
                 raise UniqueViolation(str(error)) from error
             raise
+
+
+class _Inline(threading.local):
+    """The work a thread is doing inline (see :meth:`SQLiteDatabase.run`): whether it may still go to a thread."""
+
+    active = False  # work runs inline on this thread now
+    wrote = False  # it committed a write: it cannot be done again elsewhere, so it waits from now on
 
 
 class SQLiteDatabase(Database):
@@ -115,44 +163,104 @@ class SQLiteDatabase(Database):
         self._timeout = timeout
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
+        self._inline_idle: list[sqlite3.Connection] = []  # for inline work: they never wait for a lock
         self._all: list[sqlite3.Connection] = []
         self._single = threading.Lock() if path == ":memory:" else None
+        self._file = SQLiteFile.of(path)
+        self._inline = _Inline()
 
-    def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self._timeout, check_same_thread=False, isolation_level=None)
+    def _open(self, inline: bool) -> sqlite3.Connection:
+        timeout = 0.0 if inline else self._timeout
+        conn = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+        if inline:
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # a background thread checkpoints (SQLiteFile)
         return conn
 
-    @contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Cursor]:
-        if self._single is not None:
-            self._single.acquire()
-        try:
-            with self._lock:
-                conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                conn = self._open()
-                with self._lock:
-                    self._all.append(conn)
+    async def run(self, work: Callable[[], T]) -> T:
+        """
+        Do the work inline, on the event loop, unless it would wait for the file's lock before its first write:
+        then in a worker thread (it has written nothing). Once it wrote, it finishes inline, waiting if it must.
+        """
+        state = self._inline
+        if not state.active:  # (work that runs more work inline is part of it)
+            state.active, state.wrote = True, False
             try:
-                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                try:
-                    yield _SQLiteCursor(conn)
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
+                return work()
+            except WouldBlock:
+                pass
             finally:
+                state.active = False
+        return await anyio.to_thread.run_sync(work)
+
+    @contextmanager
+    def _connection(self, *, write: bool) -> Iterator[tuple[sqlite3.Connection, bool]]:
+        """
+        A pooled connection (with the file's write lock for a write), and whether the work is inline and may still
+        go to a thread: then :class:`WouldBlock` instead of waiting for a lock.
+        """
+        state = self._inline
+        inline = state.active and not state.wrote
+        if self._single is not None and not self._single.acquire(blocking=not inline):
+            raise WouldBlock
+        lock = self._file.write_lock if write else None
+        try:
+            if lock is not None and not lock.acquire(blocking=not inline):
+                raise WouldBlock
+            try:
+                idle = self._inline_idle if inline and self._single is None else self._idle
                 with self._lock:
-                    self._idle.append(conn)
+                    conn = idle.pop() if idle else None
+                if conn is None:
+                    conn = self._open(inline and self._single is None)
+                    with self._lock:
+                        self._all.append(conn)
+                try:
+                    yield conn, inline
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    with self._lock:
+                        idle.append(conn)
+            finally:
+                if lock is not None:
+                    lock.release()
         finally:
             if self._single is not None:
                 self._single.release()
 
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Cursor]:
+        with self._connection(write=write) as (conn, inline):
+            try:
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                yield _SQLiteCursor(conn)
+                conn.execute("COMMIT")
+            except BaseException as error:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if inline and is_busy(error):
+                    raise WouldBlock from error
+                raise
+        state = self._inline
+        if write and state.active:
+            state.wrote = True
+            if inline:
+                self._file.wrote_inline()
+
+    def read(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        with self._connection(write=False) as (conn, inline):
+            try:
+                return _SQLiteCursor(conn).rows(query, params)
+            except sqlite3.OperationalError as error:
+                if inline and is_busy(error):
+                    raise WouldBlock from error
+                raise
+
     def close(self) -> None:
         with self._lock:
-            connections, self._all, self._idle = self._all, [], []
+            connections, self._all, self._idle, self._inline_idle = self._all, [], [], []
         for conn in connections:
             conn.close()
 
@@ -163,7 +271,7 @@ class _PostgresCursor(Cursor):
         self.tables = tables
 
     def _sql(self, query: str) -> str:
-        return _PARAM.sub(r"%(\1)s", _tables(query, self.tables))
+        return _postgres_sql(query, self.tables)
 
     def rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return list(self.conn.execute(self._sql(query), dict(params or {})).fetchall())
@@ -187,6 +295,7 @@ class PostgresDatabase(Database):
     """
 
     dialect = "postgres"
+    listens = True
 
     def __init__(self, conninfo: str, *, schema: str = "public", max_connections: int = 8) -> None:
         try:
@@ -198,6 +307,9 @@ class PostgresDatabase(Database):
         if not _IDENTIFIER.match(schema):
             raise ValueError(f"PostgreSQL schema name {schema!r} must be a plain identifier (letters, digits, _).")
         self.schema = schema
+        self.conninfo = conninfo
+        #: The ``LISTEN``/``NOTIFY`` channel of this schema's workers.
+        self.channel = notify_channel(schema)
         self._tables = {key: f'"{schema}".{name}' for key, name in TABLES.items()}
         self._pool = ConnectionPool(
             conninfo, min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
@@ -208,14 +320,51 @@ class PostgresDatabase(Database):
         with self._pool.connection() as conn, conn.transaction():
             yield _PostgresCursor(conn, self._tables)
 
+    def notify(self, cur: Cursor, payload: str) -> None:
+        cur.rows("SELECT pg_notify(:channel, :payload)", {"channel": self.channel, "payload": payload})
+
+    def read(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        with self._pool.connection() as conn:  # (autocommit: one round trip)
+            return _PostgresCursor(conn, self._tables).rows(query, params)
+
     def close(self) -> None:
         self._pool.close()
+
+
+def notify_channel(schema: str) -> str:
+    """The PostgreSQL ``NOTIFY`` channel of the server's workers on a schema (at most 63 bytes, as PostgreSQL keeps)."""
+    name = f"haystack_state_server_{schema}".lower()
+    if len(name) <= 63:
+        return name
+    import hashlib
+
+    return "haystack_state_server_" + hashlib.sha1(schema.encode()).hexdigest()[:32]
 
 
 def _tables(query: str, tables: Mapping[str, str]) -> str:
     for key, name in tables.items():
         query = query.replace("{" + key + "}", name)
     return query
+
+
+@functools.lru_cache(maxsize=512)
+def _sqlite_sql(query: str) -> str:
+    """A query for SQLite: its table names (the parameters stay ``:name``)."""
+    return _tables(query, TABLES)
+
+
+_POSTGRES_SQL: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+
+
+def _postgres_sql(query: str, tables: Mapping[str, str]) -> str:
+    """A query for PostgreSQL: its schema-qualified table names, and ``%(name)s`` parameters."""
+    key = (query, tuple(tables.items()))
+    found = _POSTGRES_SQL.get(key)
+    if found is None:
+        found = _PARAM.sub(r"%(\1)s", _tables(query, tables))
+        if len(_POSTGRES_SQL) < 4096:  # (queries built with many placeholders are not all kept)
+            _POSTGRES_SQL[key] = found
+    return found
 
 
 def database_for(checkpointer: Checkpointer, database: str | None = None) -> Database:

@@ -118,16 +118,43 @@ class LiveRun:
             the run streamed none (it streams its end only), its final values come last, numbered as the next event.
         :param after: The last event the follower saw, if it comes back.
         """
+        async for batch in self.follow_batches(names, after):
+            for sent in batch:
+                yield sent
+
+    async def follow_batches(
+        self, names: set[str] | None = None, after: Cursor | None = None
+    ) -> AsyncIterator[list[Sent]]:
+        """
+        :meth:`follow`, a batch at a time: the events there now (at once, perhaps none), then, each time the
+        follower comes back for more, every event that came meanwhile (waiting for one if none did). A stream
+        writes each batch to its client at once: the events of one moment go out together.
+        """
         index = self._first(after)
+        first = True
         while True:
-            while index < len(self.events):
-                name, data = self.events[index]
+            batch: list[Sent] = []
+            events = self.events
+            while index < len(events):
+                name, data = events[index]
                 index += 1
                 if names is None or name in names or name == "error":
-                    yield event_id(self.attempt, self.seq_base + index - 1), name, data
+                    batch.append((event_id(self.attempt, self.seq_base + index - 1), name, data))
             if self.done.is_set():
-                break
+                final = self._final(names, index)
+                if final is not None:
+                    batch.append(final)
+                if batch or first:
+                    yield batch
+                return
+            if batch or first:
+                first = False
+                yield batch
+                continue  # (more may have come while the follower was away)
             await self._new.wait()
+
+    def _final(self, names: set[str] | None, index: int) -> Sent | None:
+        """A finished run's final values, if the follower asks for them and the run streamed none."""
         outcome = self.outcome
         if (
             (names is None or "values" in names)
@@ -136,4 +163,5 @@ class LiveRun:
             and index <= len(self.events)  # (the follower did not see it already)
             and all(name != "values" for name, _ in self.events)
         ):
-            yield event_id(self.attempt, self.seq_base + len(self.events)), "values", outcome.values
+            return event_id(self.attempt, self.seq_base + len(self.events)), "values", outcome.values
+        return None

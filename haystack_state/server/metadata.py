@@ -47,7 +47,10 @@ def loads(text: Any, thread_id: str | None = None) -> dict[str, Any]:
         return dict(text) if isinstance(text, dict) else {}
     constants: list[str] = []
     try:
-        value = json.loads(text, parse_constant=lambda name: constants.append(name))
+        if "NaN" in text or "Infinity" in text:  # (else there is none to find: the plain, cached decoder reads it)
+            value = json.loads(text, parse_constant=lambda name: constants.append(name))
+        else:
+            value = json.loads(text)
     except ValueError as error:
         logger.warning(
             "Thread {thread_id}: its stored metadata is not valid JSON ({error}); it reads as empty.",

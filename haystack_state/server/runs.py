@@ -6,8 +6,12 @@ clients wait for a run or follow its events, wherever it executes.
 - ``runs/wait`` and ``runs/stream`` start their run here at once when its thread is free and this process has room
   (otherwise the run waits in the queue, for any worker); background runs (``POST /threads/{id}/runs``) are queued
   and the next free worker of any process claims them.
-- A worker task polls the queue (and is woken at once by runs submitted here), renews the leases of the runs it
-  executes, and takes back the runs whose worker stopped (their lease expired, or their process on this host is
+- A worker task claims queued runs when it is told that some may be claimable: at once for runs queued here, and
+  when a run ends here while runs wait in the queue (or when a slot frees while it had no room for them); on
+  PostgreSQL also when another process queues a run or ends one whose thread has runs queued (``LISTEN``/``NOTIFY``,
+  see :class:`Listener`). Otherwise it polls, every ``poll_interval`` (on PostgreSQL with a listener, every
+  ``listen_poll_interval``: a fallback), with one read when the queue is empty. It renews the leases of the runs
+  it executes, and takes back the runs whose worker stopped (their lease expired, or their process on this host is
   gone): each goes back to the queue, ahead of its thread's other runs, and the next free worker of any process
   resumes it from its thread's last checkpoint (see :meth:`RunManager.job_for`), up to ``max_attempts`` attempts in
   all; then it fails. A worker writes about a run (its end, its relayed events) only while it holds the run at its
@@ -21,10 +25,10 @@ clients wait for a run or follow its events, wherever it executes.
   request, and writes the rest before it records the run's end). A follower that comes after the run ended gets what
   was relayed, then the run's end (its final values, or its error) if none came.
 - A run is cancelled at once if it executes here; otherwise a cancel request is written on its row, which the worker
-  that runs it polls. ``action="rollback"`` also restores the thread to where the run started and deletes the run.
-  A new run with ``multitask_strategy="interrupt"`` or ``"rollback"`` cancels its thread's runs that way (the queue
-  writes the requests in the transaction that adds it; see ``ServerStorage.create_run``) and starts, in whichever
-  process claims it, once the cancelled run has stopped.
+  that runs it polls (on PostgreSQL, it is told at once). ``action="rollback"`` also restores the thread to where
+  the run started and deletes the run. A new run with ``multitask_strategy="interrupt"`` or ``"rollback"`` cancels
+  its thread's runs that way (the queue writes the requests in the transaction that adds it; see
+  ``ServerStorage.create_run``) and starts, in whichever process claims it, once the cancelled run has stopped.
 """
 
 from __future__ import annotations
@@ -42,14 +46,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-import anyio
-
 from haystack_state.errors import CheckpointError, ThreadNotFoundError
 from haystack_state.server.assistants import Assistant, Assistants
 from haystack_state.server.cancelling import CANCEL_ACTIONS, close_cancelled_run, rollback_thread
+from haystack_state.server.database import Database
 from haystack_state.server.executor import RunExecutor, RunJob, RunOutcome, error_payload
 from haystack_state.server.live import Cursor, Event, LiveRun, Sent, event_id
-from haystack_state.server.storage import RunRecord, ServerStorage, now_text
+from haystack_state.server.storage import QUEUE, REQUESTS, Idempotency, RunRecord, ServerStorage, now_text
 from haystack_state.server.streams import event_names
 from haystack_state.server.views import values_view
 from haystack_state.server.wire import values_from_wire
@@ -80,6 +83,8 @@ class RunManager:
     :param keep_seconds: How long a finished run's events stay in memory for late followers.
     :param max_attempts: How many times a run is started, its resumptions after a worker stopped included, before
         it fails.
+    :param listen_poll_interval: How often the worker polls the queue and the requests on its runs while it listens
+        for them (PostgreSQL): a fallback, should a notification be lost with its connection.
     """
 
     def __init__(
@@ -94,6 +99,7 @@ class RunManager:
         lease_seconds: float = 30.0,
         keep_seconds: float = 30.0,
         max_attempts: int = 3,
+        listen_poll_interval: float = 2.0,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts!r}")
@@ -112,20 +118,24 @@ class RunManager:
         self._live: dict[str, LiveRun] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._slots = 0
+        self.listen_poll_interval = max(poll_interval, listen_poll_interval)
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
+        self._listener: Listener | None = None
+        #: Why the worker is woken: runs may be claimable; a run here may have a request from another process.
+        self._claim_due = False
+        self._requests_due = False
+        #: Whether runs may wait in the queue (the last look found some, or it stopped for want of room): a run's
+        #: end then makes the worker look again; otherwise it does not (no poll after every run).
+        self._maybe_pending = True
 
     async def db(self, work: Callable[[], T], *, write: bool = False) -> T:
         """
-        Run blocking database work (the server's storage, a checkpointer read) in a worker thread; except writes to
-        SQLite, which run on the event loop, where the runs commit their checkpoints: SQLite takes one writer at a
-        time, and writers on several threads of one process wait for each other in its busy handler (sleeping up
-        to 100 ms a try), while writes on one thread simply follow each other (each takes well under a
-        millisecond).
+        Do blocking database work (the server's storage, a checkpointer call) for the event loop: on SQLite inline,
+        unless it would wait for the file's lock (then in a worker thread); on PostgreSQL in a worker thread (see
+        :meth:`~haystack_state.server.database.Database.run`). ``write`` is kept for callers' clarity.
         """
-        if write and self.storage.database.dialect == "sqlite":
-            return work()
-        return await anyio.to_thread.run_sync(work)
+        return await self.storage.database.run(work)
 
     # --- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -133,10 +143,17 @@ class RunManager:
         """Start the worker task (on the running event loop) unless it runs already."""
         if self._worker is None or self._worker.done():
             self._wake = asyncio.Event()
+            self._claim_due = self._maybe_pending = True
+            if self.storage.database.listens and self._listener is None:
+                self._listener = Listener(self.storage.database, self._heard)
+                self._listener.start()
             self._worker = asyncio.get_running_loop().create_task(self._work(), name="haystack-state-run-worker")
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Stop claiming runs; let the runs executing here finish (for up to ``timeout`` seconds)."""
+        if self._listener is not None:
+            await self._listener.stop()
+            self._listener = None
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -152,13 +169,16 @@ class RunManager:
 
     # --- submitting ------------------------------------------------------------------------------------------------
 
-    async def submit(self, run: RunRecord, *, here: bool) -> RunRecord:
+    async def submit(self, run: RunRecord, *, here: bool, idempotency: Idempotency | None = None) -> RunRecord:
         """
         Add a run to the queue; with ``here``, start it in this process at once if its thread is free.
 
         :param run: The run (its status is ignored).
         :param here: Whether the caller waits for the run (``runs/wait``, ``runs/stream``).
-        :returns: The run as stored (``running`` if it started here, else ``pending``).
+        :param idempotency: The submission's ``Idempotency-Key``: a run its owner submitted before with the same key
+            and request is answered instead (``replayed``), wherever it runs and whatever its status.
+        :returns: The run as stored (``running`` if it started here, else ``pending``), or the earlier run.
+        :raises IdempotencyConflict: If the key was used for another request.
         :raises AtCapacity: With ``here``, if this process runs its maximum of runs.
         :raises ThreadBusy: For ``multitask_strategy="reject"`` on a busy thread.
         :raises QueueFull: If the queue is full.
@@ -179,24 +199,34 @@ class RunManager:
                         lease_until=self._lease(),
                         max_pending=self.max_pending_runs,
                         graph_id=graph_id,
+                        idempotency=idempotency,
                     ),
                     write=True,
                 )
             except BaseException:
                 self._slots -= 1
                 raise
+            if stored.replayed:
+                self._slots -= 1
+                return stored
             if stored.status == "running":
                 self._launch(stored)
             else:
                 self._slots -= 1
                 self._cancel_here(stored)
+                self._notify()  # queued behind its thread's run: claimed when that run ends
             return stored
         stored = await self.db(
             lambda: self.storage.create_run(
-                dataclasses.replace(run, status="pending"), max_pending=self.max_pending_runs, graph_id=graph_id
+                dataclasses.replace(run, status="pending"),
+                max_pending=self.max_pending_runs,
+                graph_id=graph_id,
+                idempotency=idempotency,
             ),
             write=True,
         )
+        if stored.replayed:
+            return stored
         self._cancel_here(stored)
         self._notify()
         return stored
@@ -236,9 +266,22 @@ class RunManager:
         task.add_done_callback(lambda _: self._tasks.pop(job.run_id, None))
         return live
 
-    def _notify(self) -> None:
+    def _notify(self, *, claim: bool = True, requests: bool = False) -> None:
+        """Wake the worker: to claim runs (some may be claimable), and/or to read the requests on its runs."""
+        if claim:
+            self._claim_due = self._maybe_pending = True
+        if requests:
+            self._requests_due = True
         if self._wake is not None:
             self._wake.set()
+
+    def _heard(self, payload: str) -> None:
+        """A notification from the database (see :class:`Listener`)."""
+        if payload == REQUESTS:
+            if self._running():
+                self._notify(claim=False, requests=True)
+        else:
+            self._notify()
 
     def _launch(self, run: RunRecord) -> None:
         """Execute a run claimed by this process (its slot is taken already)."""
@@ -310,7 +353,8 @@ class RunManager:
             live.finish(outcome)
         finally:
             self._slots -= 1
-            self._notify()
+            if self._maybe_pending:  # runs wait in the queue: the freed slot, or the thread, may take one
+                self._notify()
             asyncio.get_running_loop().call_later(self.keep_seconds, self._forget, live)
 
     def _forget(self, live: LiveRun) -> None:
@@ -348,46 +392,68 @@ class RunManager:
     async def _work(self) -> None:
         renew_every = self.lease_seconds / 3
         loop = asyncio.get_running_loop()
-        next_renewal = loop.time()
+        next_renewal = next_poll = loop.time()
+        wake = self._wake
+        assert wake is not None
         while True:
+            wake.clear()  # (a notification from now on wakes the next wait: its flag says what to do)
+            polling = loop.time() >= next_poll
             try:
                 if loop.time() >= next_renewal:
                     await self._maintain()
                     next_renewal = loop.time() + renew_every
-                await self._claim_all()
-                await self._poll_requests()
+                if polling or self._claim_due:
+                    self._claim_due = False
+                    await self._claim_all()
+                if polling or self._requests_due:
+                    self._requests_due = False
+                    await self._poll_requests()
             except asyncio.CancelledError:
                 raise
             except Exception:  # the database is unreachable: log and try again at the next tick
                 logger.exception("The run worker failed to poll the queue")
-            wake = self._wake
-            assert wake is not None
+            if polling:
+                # Listening, the worker polls only as a fallback; not while it relays a run's events to followers
+                # in other processes, which it writes at each poll.
+                listening = self._listener is not None and self._listener.listening
+                relaying = any(live.relay for live in self._running())
+                slow = listening and not relaying
+                next_poll = loop.time() + (self.listen_poll_interval if slow else self.poll_interval)
+            timeout = max(0.0, min(next_poll, next_renewal) - loop.time())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=self.poll_interval)
-            wake.clear()
+                await asyncio.wait_for(wake.wait(), timeout=timeout)
 
     async def _claim_all(self) -> None:
         assistants = self.assistants.ids
-        while self._slots < self.max_concurrent_runs:
+        while True:
+            if self._slots >= self.max_concurrent_runs:
+                self._maybe_pending = True  # no room: look again when a run ends
+                return
             self._slots += 1
             try:
-                run = await self.db(
-                    lambda: self.storage.claim_next(self.worker_id, assistants, self._lease()), write=True
+                run, pending = await self.db(
+                    lambda: self.storage.next_claim(self.worker_id, assistants, self._lease()), write=True
                 )
             except BaseException:
                 self._slots -= 1
                 raise
+            self._maybe_pending = pending
             if run is None:
                 self._slots -= 1
                 return
             self._launch(run)
+
+    def _running(self) -> list[LiveRun]:
+        """The runs (on threads) executing here now."""
+        found = (self._live.get(run_id) for run_id in self._tasks)
+        return [live for live in found if live is not None and not live.done.is_set()]
 
     async def _poll_requests(self) -> None:
         """
         Serve the requests on the runs executing here that came through other processes: cancel the cancelled ones,
         and write the events of the followed ones to the database.
         """
-        running = [live for live in self._live.values() if not live.done.is_set()]
+        running = self._running()
         if not running:
             return
         for run_id, action, relay in await self.db(lambda: self.storage.requests(self.worker_id)):
@@ -476,35 +542,52 @@ class RunManager:
         it (see the module docstring). When ``values`` is asked for and none came, the thread's values at the run's
         end come last.
         """
+        async for batch in self.event_batches(run, modes, after):
+            for sent in batch:
+                yield sent
+
+    async def event_batches(
+        self, run: RunRecord, modes: list[str] | None = None, after: Cursor | None = None
+    ) -> AsyncIterator[list[Sent]]:
+        """
+        :meth:`events`, a batch at a time: the events ready at one moment together, so that a stream writes them to
+        its client at once. The first batch comes at once (perhaps empty); later ones are not empty, but for a run
+        followed through the database (one batch per poll).
+        """
         names = event_names(modes if modes is not None else run.kwargs.get("stream_mode") or ["values"])
         cursor, asked = after, 0
         while True:
             live = self._live.get(run.run_id)
             if live is not None:
+                earlier: list[Sent] = []
                 if cursor is not None and cursor[0] < live.attempt:  # first what its earlier attempts relayed
                     async for position, sent in self._relayed(run.run_id, names, cursor, before=live.attempt):
                         cursor = position
                         if sent is not None:
-                            yield sent
-                async for sent in live.follow(names, cursor):
-                    yield sent
+                            earlier.append(sent)
+                async for batch in live.follow_batches(names, cursor):
+                    yield earlier + batch if earlier else batch
+                    earlier = []
                 return
             current = await self.db(lambda: self.storage.get_run(run.run_id))
             if current is None:
-                yield None, "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
+                yield [(None, "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."})]
                 return
             if current.status == "running" and asked != current.attempt:  # (asked again of a resumed run's worker)
                 await self.db(lambda: self.storage.request_relay(run.run_id), write=True)
                 asked = current.attempt
+            found: list[Sent] = []
             async for position, sent in self._relayed(run.run_id, names, cursor or (0, -1)):
                 cursor = position
                 if sent is not None:
-                    yield sent
+                    found.append(sent)
             if current.done:
                 final = await self._relayed_final(current, names, cursor)
                 if final is not None:
-                    yield final
+                    found.append(final)
+                yield found
                 return
+            yield found
             await asyncio.sleep(self.poll_interval)
 
     async def _relayed(
@@ -648,3 +731,60 @@ def new_run(
         created_at=at,
         updated_at=at,
     )
+
+
+class Listener:
+    """
+    Hears the notifications of a PostgreSQL database's workers (``LISTEN`` on its channel, see
+    :meth:`~haystack_state.server.database.Database.notify`) on a connection of its own, and hands each payload to
+    ``heard``, on the event loop. A lost connection is opened again after a pause (the worker polls meanwhile).
+
+    :param database: The database (PostgreSQL).
+    :param heard: Called with each payload.
+    """
+
+    def __init__(self, database: Database, heard: Callable[[str], None]) -> None:
+        self.database = database
+        self.heard = heard
+        self.listening = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start listening (on the running event loop)."""
+        self._task = asyncio.get_running_loop().create_task(self._listen(), name="haystack-state-run-listener")
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.listening = False
+
+    async def _listen(self) -> None:
+        import psycopg
+
+        conninfo = str(getattr(self.database, "conninfo", ""))
+        channel = str(getattr(self.database, "channel", ""))
+        pause, warned = 1.0, False
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                    await conn.execute(f'LISTEN "{channel}"')
+                    self.listening = True
+                    if warned:
+                        logger.warning("The run worker listens for notifications again")
+                    pause, warned = 1.0, False
+                    self.heard(QUEUE)  # what was notified before we listened is looked for now
+                    async for notice in conn.notifies():
+                        self.heard(notice.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the database went away: poll meanwhile, listen again later
+                if not warned:
+                    logger.warning("The run worker cannot listen for notifications (%s); it polls meanwhile", error)
+                    warned = True
+            self.listening = False
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 30.0)

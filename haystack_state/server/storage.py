@@ -24,7 +24,7 @@ from haystack_state.server.metadata import dumps as dump_json
 from haystack_state.server.metadata import loads as load_json
 from haystack_state.text import text_problem
 
-__all__ = ["RunRecord", "ServerStorage", "ThreadRecord"]
+__all__ = ["Idempotency", "IdempotencyConflict", "RunRecord", "ServerStorage", "ThreadRecord"]
 
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
 RunStatus = Literal["pending", "running", "success", "error", "timeout", "interrupted"]
@@ -81,6 +81,14 @@ MIGRATIONS: list[tuple[str, ...]] = [
     ("ALTER TABLE {runs} ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",),
     # 4: which attempt of a run made each relayed event (its id is ``attempt-seq``, the same in every process).
     ("ALTER TABLE {run_events} ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",),
+    # 5: a run created with an ``Idempotency-Key`` keeps the key and a digest of its request: a retried submission
+    # with the same key finds the run (one per owner and key), and the same key with another request is refused.
+    (
+        "ALTER TABLE {runs} ADD COLUMN idempotency_key TEXT",
+        "ALTER TABLE {runs} ADD COLUMN request_digest TEXT",
+        "CREATE UNIQUE INDEX haystack_state_server_runs_idempotency ON {runs} (owner, idempotency_key) "
+        "WHERE idempotency_key IS NOT NULL",
+    ),
 ]
 
 _THREAD_COLUMNS = "t.thread_id, t.owner, t.assistant_id, t.metadata, t.status, t.created_at, t.updated_at"
@@ -104,6 +112,10 @@ _NEXT_PENDING = (
 )
 #: Why a resumed run's previous attempt ended.
 LEASE_EXPIRED = "its worker stopped before the run ended (lease expired)"
+#: What the workers of every process are told (PostgreSQL ``NOTIFY``; see ``Database.notify``): a run may be
+#: claimable, or a running run has a new request (cancel, relay).
+QUEUE = "queue"
+REQUESTS = "requests"
 
 
 def now_text() -> str:
@@ -153,6 +165,7 @@ class RunRecord:
     :param updated_at: ISO-8601 time.
     :param attempt: Which attempt this is: 1, then one more each time a worker stopped before the run ended and the
         run was resumed.
+    :param replayed: See below.
     """
 
     run_id: str
@@ -168,6 +181,9 @@ class RunRecord:
     created_at: str
     updated_at: str
     attempt: int = 1
+    #: Not stored: True when :meth:`ServerStorage.create_run` found this run by its idempotency key instead of
+    #: creating it.
+    replayed: bool = dataclasses.field(default=False, compare=False)
 
     @property
     def done(self) -> bool:
@@ -177,6 +193,23 @@ class RunRecord:
 
 class ThreadBusy(CheckpointError):
     """A run was refused (``multitask_strategy="reject"``) because the thread has a pending or running run."""
+
+
+class IdempotencyConflict(CheckpointError):
+    """A run was refused: its ``Idempotency-Key`` was used before, by a request that was not the same."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Idempotency:
+    """
+    A submission's ``Idempotency-Key`` and a digest of its request (the route, the thread and the body).
+
+    :param key: The client's key.
+    :param digest: What the request asked, hashed: the same key with another digest is refused.
+    """
+
+    key: str
+    digest: str
 
 
 class ServerStorage:
@@ -229,17 +262,19 @@ class ServerStorage:
             found = self._thread(cur, thread_id)
             if found is not None:
                 return found if found.owner == owner and if_exists == "do_nothing" else None
+            stored = _dumps(metadata)
             cur.change(
                 "INSERT INTO {threads} (thread_id, owner, assistant_id, metadata, status, created_at, updated_at) "
                 "VALUES (:id, :owner, NULL, :metadata, 'idle', :at, :at)",
-                {"id": thread_id, "owner": owner, "metadata": _dumps(metadata), "at": at},
+                {"id": thread_id, "owner": owner, "metadata": stored, "at": at},
             )
-            return self._thread(cur, thread_id)
+            # As read back (a new thread has no runs: idle).
+            return ThreadRecord(thread_id, owner, None, _loads(stored, thread_id), "idle", at, at)
 
     def get_thread(self, thread_id: str, owner: str) -> ThreadRecord | None:
         """The owner's thread, or None (also for another owner's thread)."""
-        with self.database.transaction(write=False) as cur:
-            found = self._thread(cur, thread_id)
+        rows = self.database.read(f"{_THREADS} WHERE t.thread_id = :id", {"id": thread_id})
+        found = _thread_record(rows[0]) if rows else None
         return found if found is not None and found.owner == owner else None
 
     def _thread(self, cur: Cursor, thread_id: str) -> ThreadRecord | None:
@@ -388,6 +423,31 @@ class ServerStorage:
         lease_until: str | None = None,
         max_pending: int | None = None,
         graph_id: str | None = None,
+        idempotency: Idempotency | None = None,
+    ) -> RunRecord:
+        """
+        :meth:`_create_run`; when two submissions with one idempotency key race (the second insert breaks the key's
+        unique index), the loser looks again and finds the winner's run.
+        """
+        try:
+            return self._create_run(
+                run, lease_until=lease_until, max_pending=max_pending, graph_id=graph_id, idempotency=idempotency
+            )
+        except UniqueViolation:
+            if idempotency is None:
+                raise
+        return self._create_run(
+            run, lease_until=lease_until, max_pending=max_pending, graph_id=graph_id, idempotency=idempotency
+        )
+
+    def _create_run(
+        self,
+        run: RunRecord,
+        *,
+        lease_until: str | None,
+        max_pending: int | None,
+        graph_id: str | None,
+        idempotency: Idempotency | None,
     ) -> RunRecord:
         """
         Add a run to the queue: ``running`` (claimed by ``run.worker`` until ``lease_until``) if ``run.status`` is
@@ -401,9 +461,27 @@ class ServerStorage:
 
         :raises ThreadBusy: With ``multitask_strategy="reject"``, if the thread has a pending or running run; with
             ``"enqueue"``, never (the run waits its turn). Nothing is written then.
+        With ``idempotency``, a run its owner created before with the same key is answered instead (``replayed``,
+        whatever its status, nothing written), if that run was asked with the same request.
+
         :raises QueueFull: If ``max_pending`` runs are pending already.
+        :raises IdempotencyConflict: If the key was used by the owner for another request (nothing is written).
         """
         with self.database.transaction() as cur:
+            if idempotency is not None:
+                found = cur.rows(
+                    f"SELECT {_RUN_COLUMNS}, request_digest FROM {{runs}} "
+                    "WHERE owner = :owner AND idempotency_key = :key",
+                    {"owner": run.owner, "key": idempotency.key},
+                )
+                if found:
+                    earlier = _run_record(found[0][:-1])
+                    if found[0][-1] != idempotency.digest:
+                        raise IdempotencyConflict(
+                            f"Idempotency-Key '{idempotency.key}' was used for run {earlier.run_id} (thread "
+                            f"'{earlier.thread_id}') with another request; send a new key for a new run."
+                        )
+                    return dataclasses.replace(earlier, replayed=True)
             active = cur.rows(
                 "SELECT run_id, status FROM {runs} WHERE thread_id = :id AND status IN ('pending', 'running')",
                 {"id": run.thread_id},
@@ -422,11 +500,20 @@ class ServerStorage:
                     raise QueueFull(f"The run queue is full ({pending} pending runs); retry later.")
             status: RunStatus = "running" if run.status == "running" and not active else "pending"
             record = dataclasses.replace(run, status=status, worker=run.worker if status == "running" else None)
+            if status == "pending":
+                self.database.notify(cur, QUEUE)
+            if active and run.multitask_strategy in ("interrupt", "rollback"):
+                self.database.notify(cur, REQUESTS)  # the running run's worker, wherever it is, stops it
             cur.change(
-                f"INSERT INTO {{runs}} ({_RUN_COLUMNS}, lease_until) VALUES (:run_id, :thread_id, :assistant_id, "
-                ":owner, :status, :multitask_strategy, :kwargs, :metadata, :error, :worker, :created_at, "
-                ":updated_at, :attempt, :lease_until)",
-                {**_run_params(record), "lease_until": lease_until if status == "running" else None},
+                f"INSERT INTO {{runs}} ({_RUN_COLUMNS}, lease_until, idempotency_key, request_digest) VALUES (:run_id, "
+                ":thread_id, :assistant_id, :owner, :status, :multitask_strategy, :kwargs, :metadata, :error, "
+                ":worker, :created_at, :updated_at, :attempt, :lease_until, :idempotency_key, :request_digest)",
+                {
+                    **_run_params(record),
+                    "lease_until": lease_until if status == "running" else None,
+                    "idempotency_key": idempotency.key if idempotency is not None else None,
+                    "request_digest": idempotency.digest if idempotency is not None else None,
+                },
             )
             stamp = {"assistant_id": run.assistant_id, **({"graph_id": graph_id} if graph_id is not None else {})}
             found = cur.rows("SELECT metadata FROM {threads} WHERE thread_id = :id", {"id": run.thread_id})
@@ -451,8 +538,7 @@ class ServerStorage:
 
     def get_run(self, run_id: str, owner: str | None = None) -> RunRecord | None:
         """A run (the owner's, when ``owner`` is given), or None."""
-        with self.database.transaction(write=False) as cur:
-            rows = cur.rows(f"SELECT {_RUN_COLUMNS} FROM {{runs}} WHERE run_id = :id", {"id": run_id})
+        rows = self.database.read(f"SELECT {_RUN_COLUMNS} FROM {{runs}} WHERE run_id = :id", {"id": run_id})
         run = _run_record(rows[0]) if rows else None
         return run if run is not None and (owner is None or run.owner == owner) else None
 
@@ -465,8 +551,7 @@ class ServerStorage:
         if status is not None:
             query += " AND status = :status"
             params["status"] = status
-        with self.database.transaction(write=False) as cur:
-            rows = cur.rows(query + " ORDER BY run_id DESC LIMIT :limit OFFSET :offset", params)
+        rows = self.database.read(query + " ORDER BY run_id DESC LIMIT :limit OFFSET :offset", params)
         return [_run_record(row) for row in rows]
 
     def claim_next(self, worker: str, assistants: Iterable[str], lease_until: str) -> RunRecord | None:
@@ -475,9 +560,20 @@ class ServerStorage:
 
         :returns: The claimed run (now ``running``), or None if there is none (or another worker won the race).
         """
+        return self.next_claim(worker, assistants, lease_until)[0]
+
+    def next_claim(self, worker: str, assistants: Iterable[str], lease_until: str) -> tuple[RunRecord | None, bool]:
+        """
+        :meth:`claim_next`, and whether any run was pending (claimable or not: its thread may be running). An empty
+        queue costs one read (no write transaction, no lock).
+
+        :returns: The claimed run or None, and whether pending runs were found.
+        """
         names = sorted(set(assistants))
         if not names:
-            return None
+            return None, False
+        if not self.database.read("SELECT 1 FROM {runs} WHERE status = 'pending' LIMIT 1"):
+            return None, False
         params: dict[str, Any] = {f"a_{i}": name for i, name in enumerate(names)}
         query = _NEXT_PENDING.replace("{assistants}", ", ".join(f":a_{i}" for i in range(len(names))))
         if self.database.dialect == "postgres":
@@ -486,10 +582,10 @@ class ServerStorage:
             with self.database.transaction() as cur:
                 rows = cur.rows(query, params)
                 if not rows:
-                    return None
-                return self._start(cur, str(rows[0][0]), worker, lease_until)
+                    return None, True
+                return self._start(cur, str(rows[0][0]), worker, lease_until), True
         except UniqueViolation:  # another worker started a run of the same thread first
-            return None
+            return None, True
 
     def claim(self, run_id: str, worker: str, lease_until: str) -> RunRecord | None:
         """Claim one pending run, if its thread has no running run and no older pending run."""
@@ -542,17 +638,21 @@ class ServerStorage:
             fence = " AND status = 'running' AND worker = :worker AND attempt = :attempt"
             params.update(worker=worker, attempt=attempt or 1)
         with self.database.transaction() as cur:
-            rows = cur.rows("SELECT thread_id FROM {runs} WHERE run_id = :id", {"id": run_id})
-            changed = cur.change(
+            rows = cur.rows(
                 "UPDATE {runs} SET status = :status, error = :error, lease_until = NULL, updated_at = :at "
-                "WHERE run_id = :id" + fence,
+                "WHERE run_id = :id" + fence + " RETURNING thread_id",
                 params,
             )
-            if rows and changed:
+            changed = len(rows)
+            if rows:
                 cur.change(
                     "UPDATE {threads} SET status = :status, updated_at = :at WHERE thread_id = :id",
                     {"status": thread_status, "at": at, "id": rows[0][0]},
                 )
+                if self.database.listens and cur.rows(
+                    "SELECT 1 FROM {runs} WHERE thread_id = :id AND status = 'pending' LIMIT 1", {"id": rows[0][0]}
+                ):
+                    self.database.notify(cur, QUEUE)  # the thread's next run may start now, in any process
             return bool(changed)
 
     def cancel_pending(self, run_id: str) -> bool:
@@ -577,39 +677,38 @@ class ServerStorage:
         :returns: Whether the run was running.
         """
         with self.database.transaction() as cur:
-            return (
-                cur.change(
-                    "UPDATE {runs} SET cancel = :action, updated_at = :at WHERE run_id = :id AND status = 'running'",
-                    {"action": action, "at": now_text(), "id": run_id},
-                )
-                == 1
+            changed = cur.change(
+                "UPDATE {runs} SET cancel = :action, updated_at = :at WHERE run_id = :id AND status = 'running'",
+                {"action": action, "at": now_text(), "id": run_id},
             )
+            if changed:
+                self.database.notify(cur, REQUESTS)
+            return changed == 1
 
     def requests(self, worker: str) -> list[tuple[str, str | None, bool]]:
         """
         The requests on the runs a worker is running: ``(run_id, cancel action or None, relay)`` for each run that
         has a cancel request or a relay request.
         """
-        with self.database.transaction(write=False) as cur:
-            rows = cur.rows(
-                "SELECT run_id, cancel, relay FROM {runs} WHERE worker = :worker AND status = 'running' "
-                "AND (cancel IS NOT NULL OR relay = 1)",
-                {"worker": worker},
-            )
+        rows = self.database.read(
+            "SELECT run_id, cancel, relay FROM {runs} WHERE worker = :worker AND status = 'running' "
+            "AND (cancel IS NOT NULL OR relay = 1)",
+            {"worker": worker},
+        )
         return [(str(run_id), None if action is None else str(action), bool(relay)) for run_id, action, relay in rows]
 
     def request_relay(self, run_id: str) -> None:
         """Ask the worker of a running run to write its stream events to the database (see :meth:`relay_events`)."""
         with self.database.transaction() as cur:
-            cur.change(
+            if cur.change(
                 "UPDATE {runs} SET relay = 1 WHERE run_id = :id AND status = 'running' AND relay IS NULL",
                 {"id": run_id},
-            )
+            ):
+                self.database.notify(cur, REQUESTS)
 
     def relay_requested(self, run_id: str) -> bool:
         """Whether a follower in another process asked for a run's events."""
-        with self.database.transaction(write=False) as cur:
-            rows = cur.rows("SELECT relay FROM {runs} WHERE run_id = :id", {"id": run_id})
+        rows = self.database.read("SELECT relay FROM {runs} WHERE run_id = :id", {"id": run_id})
         return bool(rows and rows[0][0])
 
     def relay_events(
@@ -654,12 +753,11 @@ class ServerStorage:
         earlier one.
         """
         attempt, seq = after
-        with self.database.transaction(write=False) as cur:
-            rows = cur.rows(
-                "SELECT attempt, seq, event, data FROM {run_events} WHERE run_id = :id "
-                "AND (attempt > :attempt OR (attempt = :attempt AND seq > :seq)) ORDER BY attempt, seq LIMIT :limit",
-                {"id": run_id, "attempt": attempt, "seq": seq, "limit": limit},
-            )
+        rows = self.database.read(
+            "SELECT attempt, seq, event, data FROM {run_events} WHERE run_id = :id "
+            "AND (attempt > :attempt OR (attempt = :attempt AND seq > :seq)) ORDER BY attempt, seq LIMIT :limit",
+            {"id": run_id, "attempt": attempt, "seq": seq, "limit": limit},
+        )
         return [(int(made_by), int(number), str(event), str(data)) for made_by, number, event, data in rows]
 
     def relayed_end(self, run_id: str, attempt: int) -> tuple[int | None, bool, bool]:
@@ -667,13 +765,12 @@ class ServerStorage:
         What one attempt of a run relayed: the number of its last event (None if none), and whether it relayed a
         ``values`` and an ``error`` event.
         """
-        with self.database.transaction(write=False) as cur:
-            rows = cur.rows(
-                "SELECT MAX(seq), MAX(CASE WHEN event = 'values' THEN 1 ELSE 0 END), "
-                "MAX(CASE WHEN event = 'error' THEN 1 ELSE 0 END) FROM {run_events} "
-                "WHERE run_id = :id AND attempt = :attempt",
-                {"id": run_id, "attempt": attempt},
-            )
+        rows = self.database.read(
+            "SELECT MAX(seq), MAX(CASE WHEN event = 'values' THEN 1 ELSE 0 END), "
+            "MAX(CASE WHEN event = 'error' THEN 1 ELSE 0 END) FROM {run_events} "
+            "WHERE run_id = :id AND attempt = :attempt",
+            {"id": run_id, "attempt": attempt},
+        )
         last, values, error = rows[0] if rows else (None, 0, 0)
         return (None if last is None else int(last)), bool(values), bool(error)
 
@@ -710,14 +807,12 @@ class ServerStorage:
 
     def running_workers(self) -> list[str]:
         """The workers that hold running runs."""
-        with self.database.transaction(write=False) as cur:
-            rows = cur.rows("SELECT DISTINCT worker FROM {runs} WHERE status = 'running' AND worker IS NOT NULL")
+        rows = self.database.read("SELECT DISTINCT worker FROM {runs} WHERE status = 'running' AND worker IS NOT NULL")
         return [str(row[0]) for row in rows]
 
     def next_event_seq(self, run_id: str) -> int:
         """The number the next relayed event of a run takes (a resumed run's events follow its earlier attempts')."""
-        with self.database.transaction(write=False) as cur:
-            rows = cur.rows("SELECT MAX(seq) FROM {run_events} WHERE run_id = :id", {"id": run_id})
+        rows = self.database.read("SELECT MAX(seq) FROM {run_events} WHERE run_id = :id", {"id": run_id})
         return int(rows[0][0]) + 1 if rows and rows[0][0] is not None else 0
 
     def expire_leases(self, max_attempts: int = 1, dead_workers: Sequence[str] = ()) -> tuple[list[str], list[str]]:
@@ -761,6 +856,7 @@ class ServerStorage:
                         {"metadata": _dumps(meta), "at": at, "id": run_id},
                     )
                     requeued.append(str(run_id))
+                    self.database.notify(cur, QUEUE)
                     continue
                 error = json.dumps(
                     {"error": "RunError", "message": f"{LEASE_EXPIRED}, {attempt} of {max_attempts} attempt(s)"}
@@ -779,8 +875,7 @@ class ServerStorage:
 
     def pending_count(self) -> int:
         """How many runs wait in the queue."""
-        with self.database.transaction(write=False) as cur:
-            return int(cur.rows("SELECT COUNT(*) FROM {runs} WHERE status = 'pending'")[0][0])
+        return int(self.database.read("SELECT COUNT(*) FROM {runs} WHERE status = 'pending'")[0][0])
 
 
 class QueueFull(CheckpointError):
@@ -837,16 +932,18 @@ def _thread_record(row: Sequence[Any]) -> ThreadRecord:
     )
 
 
+_RUN_FIELDS = tuple(field.name for field in dataclasses.fields(RunRecord) if field.name != "replayed")
+
+
 def _run_params(run: RunRecord) -> dict[str, Any]:
-    params = dataclasses.asdict(run)
+    params = {name: getattr(run, name) for name in _RUN_FIELDS}
     params["kwargs"] = _dumps(run.kwargs)
     params["metadata"] = _dumps(run.metadata)
     return params
 
 
 def _run_record(row: Sequence[Any]) -> RunRecord:
-    fields = [f.name for f in dataclasses.fields(RunRecord)]
-    values = dict(zip(fields, row, strict=True))
+    values = dict(zip(_RUN_FIELDS, row, strict=True))
     values["kwargs"] = _loads(values["kwargs"])
     values["metadata"] = _loads(values["metadata"])
     return RunRecord(**values)

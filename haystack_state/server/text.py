@@ -16,13 +16,15 @@ Thread metadata, which the databases query as JSON, may not hold NUL characters 
 
 from __future__ import annotations
 
-from fastapi import Request
+from typing import Annotated
 
-from haystack_state.server.context import UserDep
+from fastapi import Depends, Request
+
+from haystack_state.server.context import Caller, Server, UserDep
 from haystack_state.server.wire import WireError
 from haystack_state.text import find_bad_text, text_problem
 
-__all__ = ["check_request"]
+__all__ = ["CallerDep", "check_request", "check_text", "checked_caller"]
 
 _HINT = "text must be valid Unicode: a \\uD800-\\uDFFF escape only as half of a surrogate pair"
 
@@ -33,6 +35,28 @@ async def check_request(request: Request, _: UserDep) -> None:
 
     :raises WireError: HTTP 422 naming the field (``input.messages.0.content``; the path or query parameter).
     """
+    await check_text(request)
+
+
+async def checked_caller(request: Request) -> Caller:
+    """
+    The request's server and user, its text checked: :func:`check_request` and the user in one dependency (each
+    dependency costs FastAPI some work per request; the runs router, the busiest, takes this one only).
+
+    :raises HTTPException: 401 if the server's ``auth`` refuses the request.
+    :raises WireError: As :func:`check_request`.
+    """
+    server: Server = request.app.state.server
+    user = await server.user(request)
+    await check_text(request)
+    return Caller(server, user)
+
+
+CallerDep = Annotated[Caller, Depends(checked_caller)]
+
+
+async def check_text(request: Request) -> None:
+    """The checks of :func:`check_request`."""
     for name, value in (*request.path_params.items(), *request.query_params.multi_items()):
         problem = text_problem(value, nul=True) if isinstance(value, str) else None
         if problem is not None:

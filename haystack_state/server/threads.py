@@ -26,7 +26,16 @@ from haystack_state.server.context import Server
 from haystack_state.server.storage import ThreadRecord
 from haystack_state.state import State
 
-__all__ = ["agent_of", "assistant_of", "copy_values", "head", "not_found", "owned_thread", "seed_thread"]
+__all__ = [
+    "agent_of",
+    "assistant_of",
+    "copy_values",
+    "head",
+    "head_async",
+    "not_found",
+    "owned_thread",
+    "seed_thread",
+]
 
 
 def not_found(thread_id: str) -> HTTPException:
@@ -64,6 +73,14 @@ def head(server: Server, record: ThreadRecord) -> ThreadSnapshot | None:
     """The thread's head, or None before its first checkpoint."""
     try:
         return agent_of(server, record).get_state(record.thread_id)
+    except ThreadNotFoundError:
+        return None
+
+
+async def head_async(server: Server, record: ThreadRecord) -> ThreadSnapshot | None:
+    """:func:`head`, awaiting the checkpointer (its short reads run inline on the event loop)."""
+    try:
+        return await agent_of(server, record).get_state_async(record.thread_id)
     except ThreadNotFoundError:
         return None
 

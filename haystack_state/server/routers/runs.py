@@ -20,30 +20,32 @@ once the running one has stopped).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
+from fastapi import APIRouter, Header, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
-from sse_starlette import EventSourceResponse
 
 from haystack_state.server.assistants import Assistant
-from haystack_state.server.context import Server, ServerDep, UserDep
+from haystack_state.server.context import Server
 from haystack_state.server.executor import RunJob, takes_answers
 from haystack_state.server.interrupts import pending_requests, resume_from_command, unfinished_policy_of
 from haystack_state.server.live import Cursor, Sent, parse_event_id
 from haystack_state.server.models import RunCreate
 from haystack_state.server.runs import LiveRun, job_from_kwargs, new_run
-from haystack_state.server.storage import RunRecord
-from haystack_state.server.text import check_request
-from haystack_state.server.threads import head, not_found, owned_thread
+from haystack_state.server.sse import EventStream, frames
+from haystack_state.server.storage import Idempotency, RunRecord, ThreadRecord
+from haystack_state.server.text import CallerDep
+from haystack_state.server.threads import head_async, not_found, owned_thread
 from haystack_state.server.views import run_view
 from haystack_state.server.wire import WireError, keys_named, values_from_wire
 from haystack_state.state import State
 
-router = APIRouter(tags=["Runs"], dependencies=[Depends(check_request)])
+#: Each route takes ``CallerDep`` (the server and the user, the request's text checked), in place of the other
+#: routers' ``check_request`` dependency and ``ServerDep`` and ``UserDep``: one dependency instead of four.
+router = APIRouter(tags=["Runs"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +54,7 @@ class _Plan:
     kwargs: dict[str, Any]
 
 
-def _plan(server: Server, body: RunCreate, user: str, thread_id: str | None) -> _Plan:
+async def _plan(server: Server, body: RunCreate, user: str, thread_id: str | None) -> _Plan:
     """Check a run request completely (nothing is written but a thread created by ``if_not_exists="create"``)."""
     assistant = server.assistants.resolve(body.assistant_id)
     if assistant is None:
@@ -78,13 +80,8 @@ def _plan(server: Server, body: RunCreate, user: str, thread_id: str | None) -> 
         if body.command is not None or body.fork_from is not None:
             raise WireError("command" if body.command is not None else "checkpoint", "needs a thread")
         return _Plan(assistant, kwargs)
-    record = server.storage.get_thread(thread_id, user)
-    if record is None:
-        if body.if_not_exists != "create":
-            raise not_found(thread_id)
-        record = server.storage.create_thread(thread_id, user, {})
-        if record is None:  # the id is another user's
-            raise not_found(thread_id)
+    if_not_exists = body.if_not_exists
+    record = await server.runs.db(lambda: _thread_for_run(server, thread_id, user, if_not_exists))
     if record.assistant_id is not None and record.assistant_id != assistant.assistant_id:
         other = server.assistants.resolve(record.assistant_id)
         raise HTTPException(
@@ -93,9 +90,9 @@ def _plan(server: Server, body: RunCreate, user: str, thread_id: str | None) -> 
             f"not '{assistant.name}': a thread's state follows its own agent's schema, so its runs go to that "
             "assistant. Start a new thread (or copy this one) for another assistant.",
         )
-    snapshot = head(server, record)
+    snapshot = await head_async(server, record)
     if body.fork_from is not None:
-        agent.get_state(thread_id, body.fork_from)  # CheckpointNotFoundError (404) for an unknown checkpoint
+        await agent.get_state_async(thread_id, body.fork_from)  # CheckpointNotFoundError (404) for an unknown one
         kwargs["checkpoint_id"] = body.fork_from
     if body.command is not None:
         if snapshot is None:
@@ -133,10 +130,54 @@ def _plan(server: Server, body: RunCreate, user: str, thread_id: str | None) -> 
     return _Plan(assistant, kwargs)
 
 
+def _thread_for_run(server: Server, thread_id: str, user: str, if_not_exists: str | None) -> ThreadRecord:
+    """The user's thread of a run (created if missing and ``if_not_exists="create"``); 404 otherwise."""
+    record = server.storage.get_thread(thread_id, user)
+    if record is None:
+        if if_not_exists != "create":
+            raise not_found(thread_id)
+        record = server.storage.create_thread(thread_id, user, {})
+        if record is None:  # the id is another user's
+            raise not_found(thread_id)
+    return record
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Submit safely again: a run its user created with the same key and request is answered instead "
+        "(a 409 if the key was used for another request).",
+    ),
+]
+MAX_IDEMPOTENCY_KEY = 255
+
+
+def _idempotency(key: str | None, route: str, thread_id: str, body: RunCreate) -> Idempotency | None:
+    """
+    A submission's ``Idempotency-Key`` (as Hayhooks and payment APIs take it), with a digest of what it asks: the
+    route, the thread and the body as the client sent it.
+    """
+    if key is None:
+        return None
+    if not key.strip() or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise WireError("Idempotency-Key", f"must be 1 to {MAX_IDEMPOTENCY_KEY} printable characters, got {key[:40]!r}")
+    request = {"route": route, "thread_id": thread_id, "body": body.model_dump(mode="json", exclude_unset=True)}
+    digest = hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return Idempotency(key, digest)
+
+
 async def _submit(
-    server: Server, body: RunCreate, user: str, thread_id: str, *, here: bool, streams: bool = True
+    server: Server,
+    body: RunCreate,
+    user: str,
+    thread_id: str,
+    *,
+    here: bool,
+    streams: bool = True,
+    idempotency: Idempotency | None = None,
 ) -> RunRecord:
-    plan = await server.runs.db(lambda: _plan(server, body, user, thread_id))
+    plan = await _plan(server, body, user, thread_id)
     if not streams:
         plan.kwargs["stream_mode"] = []
     run = new_run(
@@ -148,28 +189,12 @@ async def _submit(
         metadata=body.metadata,
         multitask_strategy=body.multitask_strategy,
     )
-    return await server.runs.submit(run, here=here)
+    return await server.runs.submit(run, here=here, idempotency=idempotency)
 
 
 def _locations(run: RunRecord, tail: str) -> dict[str, str]:
     base = f"/threads/{run.thread_id}/runs/{run.run_id}"
     return {"Content-Location": base, "Location": base + tail}
-
-
-def _json(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-
-
-async def _sse(
-    run_id: str, events: AsyncIterator[Sent], *, attempt: int = 1, resumed: bool = False
-) -> AsyncIterator[dict[str, str]]:
-    if not resumed:
-        yield {"event": "metadata", "data": _json({"run_id": run_id, "attempt": attempt})}
-    async for number, event, data in events:
-        if number is None:
-            yield {"event": event, "data": _json(data)}
-        else:
-            yield {"id": number, "event": event, "data": _json(data)}
 
 
 def _final(name: str, data: Any) -> Any:
@@ -189,26 +214,47 @@ def _cursor(last_event_id: str | None) -> Cursor | None:
 
 
 @router.post("/threads/{thread_id}/runs")
-async def create_run(thread_id: str, body: RunCreate, server: ServerDep, user: UserDep) -> JSONResponse:
-    """Queue a background run; any worker (of any server process on the database) runs it."""
-    run = await _submit(server, body, user, thread_id, here=False)
+async def create_run(
+    thread_id: str, body: RunCreate, caller: CallerDep, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    """
+    Queue a background run; any worker (of any server process on the database) runs it. With an
+    ``Idempotency-Key``, a retried submission answers the run the first one created.
+    """
+    server, user = caller
+    idempotency = _idempotency(idempotency_key, "runs", thread_id, body)
+    run = await _submit(server, body, user, thread_id, here=False, idempotency=idempotency)
     return JSONResponse(run_view(run), headers=_locations(run, ""))
 
 
 @router.post("/threads/{thread_id}/runs/wait")
-async def wait_run(thread_id: str, body: RunCreate, server: ServerDep, user: UserDep) -> JSONResponse:
-    """Run and wait for the final values (``{"__error__": {...}}`` if the run failed)."""
-    run = await _submit(server, body, user, thread_id, here=True, streams=False)
+async def wait_run(
+    thread_id: str, body: RunCreate, caller: CallerDep, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    """
+    Run and wait for the final values (``{"__error__": {...}}`` if the run failed). With an ``Idempotency-Key``, a
+    retried submission waits for the run the first one created.
+    """
+    server, user = caller
+    idempotency = _idempotency(idempotency_key, "runs/wait", thread_id, body)
+    run = await _submit(server, body, user, thread_id, here=True, streams=False, idempotency=idempotency)
     final = await server.runs.wait(run)
     return JSONResponse(_final(*final), headers=_locations(run, "/join"))
 
 
 @router.post("/threads/{thread_id}/runs/stream")
-async def stream_run(thread_id: str, body: RunCreate, server: ServerDep, user: UserDep) -> EventSourceResponse:
-    """Run and stream its events. A client that disconnects does not stop the run; it can join it again."""
-    run = await _submit(server, body, user, thread_id, here=True)
-    events = server.runs.events(run)
-    return EventSourceResponse(_sse(run.run_id, events, attempt=run.attempt), headers=_locations(run, "/stream"))
+async def stream_run(
+    thread_id: str, body: RunCreate, caller: CallerDep, idempotency_key: IdempotencyKey = None
+) -> EventStream:
+    """
+    Run and stream its events. A client that disconnects does not stop the run; it can join it again. With an
+    ``Idempotency-Key``, a retried submission streams the run the first one created, from its first event.
+    """
+    server, user = caller
+    idempotency = _idempotency(idempotency_key, "runs/stream", thread_id, body)
+    run = await _submit(server, body, user, thread_id, here=True, idempotency=idempotency)
+    batches = server.runs.event_batches(run)
+    return EventStream(frames(run.run_id, batches, attempt=run.attempt), headers=_locations(run, "/stream"))
 
 
 def _owned_run(server: Server, thread_id: str, run_id: str, user: str) -> RunRecord:
@@ -219,30 +265,36 @@ def _owned_run(server: Server, thread_id: str, run_id: str, user: str) -> RunRec
     return run
 
 
-@router.get("/threads/{thread_id}/runs")
-def list_runs(
+def _runs_of(server: Server, thread_id: str, user: str, limit: int, offset: int, status: str | None) -> list[RunRecord]:
+    owned_thread(server, thread_id, user)
+    return server.storage.list_runs(thread_id, user, limit=limit, offset=offset, status=status)
+
+
+@router.get("/threads/{thread_id}/runs", response_model=list[dict[str, Any]])
+async def list_runs(
     thread_id: str,
-    server: ServerDep,
-    user: UserDep,
+    caller: CallerDep,
     limit: int = Query(10, ge=1, le=1000),
     offset: int = Query(0, ge=0),
     status: str | None = None,
-) -> list[dict[str, Any]]:
+) -> JSONResponse:
     """The thread's runs, newest first."""
-    owned_thread(server, thread_id, user)
-    runs = server.storage.list_runs(thread_id, user, limit=limit, offset=offset, status=status)
-    return [run_view(run) for run in runs]
+    server, user = caller
+    runs = await server.runs.db(lambda: _runs_of(server, thread_id, user, limit, offset, status))
+    return JSONResponse([run_view(run) for run in runs])
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}")
-def get_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> dict[str, Any]:
+@router.get("/threads/{thread_id}/runs/{run_id}", response_model=dict[str, Any])
+async def get_run(thread_id: str, run_id: str, caller: CallerDep) -> JSONResponse:
     """One run."""
-    return run_view(_owned_run(server, thread_id, run_id, user))
+    server, user = caller
+    return JSONResponse(run_view(await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))))
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join")
-async def join_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> Any:
+async def join_run(thread_id: str, run_id: str, caller: CallerDep) -> Any:
     """Wait for a run to end; answer the thread's values (``{"__error__": {...}}`` if it failed)."""
+    server, user = caller
     run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
     return _final(*await server.runs.wait(run))
 
@@ -251,15 +303,15 @@ async def join_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep
 async def join_stream(
     thread_id: str,
     run_id: str,
-    server: ServerDep,
-    user: UserDep,
+    caller: CallerDep,
     stream_mode: Annotated[list[str] | None, Query()] = None,
     last_event_id: Annotated[str | None, Header()] = None,
-) -> EventSourceResponse:
+) -> EventStream:
     """
     Stream a run's events, from its first (or the one after ``Last-Event-ID``), wherever it executes, in
     ``stream_mode`` (a subset of the run's modes; all of them by default).
     """
+    server, user = caller
     after = _cursor(last_event_id)
     run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
     own = list(run.kwargs.get("stream_mode") or ["values"])
@@ -268,17 +320,16 @@ async def join_stream(
         outside = [mode for mode in stream_mode if mode not in own]
         if outside:
             raise WireError("stream_mode", f"{outside} not among the run's stream modes {own}")
-    events = server.runs.events(run, stream_mode or own, after)
-    stream = _sse(run.run_id, events, attempt=run.attempt, resumed=after is not None)
-    return EventSourceResponse(stream, headers=_locations(run, "/stream"))
+    batches = server.runs.event_batches(run, stream_mode or own, after)
+    stream = frames(run.run_id, batches, attempt=run.attempt, resumed=after is not None)
+    return EventStream(stream, headers=_locations(run, "/stream"))
 
 
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel", status_code=204)
 async def cancel_run(
     thread_id: str,
     run_id: str,
-    server: ServerDep,
-    user: UserDep,
+    caller: CallerDep,
     wait: bool = False,
     action: str = Query("interrupt", pattern="^(interrupt|rollback)$"),
 ) -> Response:
@@ -287,6 +338,7 @@ async def cancel_run(
     (status ``interrupted``; the thread keeps what it committed). ``action=rollback`` also restores the thread to
     where the run started and deletes the run. ``wait`` waits for the run to stop.
     """
+    server, user = caller
     run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
     await server.runs.cancel(run, action)
     if wait:
@@ -295,8 +347,9 @@ async def cancel_run(
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
-def delete_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) -> Response:
+def delete_run(thread_id: str, run_id: str, caller: CallerDep) -> Response:
     """Delete a run's record (refused while it runs: 409)."""
+    server, user = caller
     _owned_run(server, thread_id, run_id, user)
     if not server.storage.delete_run(run_id):
         raise HTTPException(409, f"Run '{run_id}' is running; delete it when it ends.")
@@ -307,7 +360,7 @@ def delete_run(thread_id: str, run_id: str, server: ServerDep, user: UserDep) ->
 
 
 async def _stateless(server: Server, body: RunCreate, user: str, *, streams: bool = True) -> LiveRun:
-    plan = await server.runs.db(lambda: _plan(server, body, user, None))
+    plan = await _plan(server, body, user, None)
     if not streams:
         plan.kwargs["stream_mode"] = []
     job: RunJob = job_from_kwargs(str(uuid.uuid4()), plan.assistant, None, plan.kwargs)
@@ -315,8 +368,9 @@ async def _stateless(server: Server, body: RunCreate, user: str, *, streams: boo
 
 
 @router.post("/runs/wait")
-async def wait_stateless(body: RunCreate, server: ServerDep, user: UserDep) -> Any:
+async def wait_stateless(body: RunCreate, caller: CallerDep) -> Any:
     """Run without a thread and wait for the final values."""
+    server, user = caller
     live = await _stateless(server, body, user, streams=False)
     final: Sent | None = None
     async for event in live.follow():
@@ -326,13 +380,14 @@ async def wait_stateless(body: RunCreate, server: ServerDep, user: UserDep) -> A
 
 
 @router.post("/runs/stream")
-async def stream_stateless(body: RunCreate, server: ServerDep, user: UserDep) -> EventSourceResponse:
+async def stream_stateless(body: RunCreate, caller: CallerDep) -> EventStream:
     """Run without a thread and stream its events."""
+    server, user = caller
     live = await _stateless(server, body, user)
-    return EventSourceResponse(_sse(live.run_id, live.follow()))
+    return EventStream(frames(live.run_id, live.follow_batches()))
 
 
 @router.post("/runs")
-async def create_stateless(body: RunCreate, _: UserDep) -> None:
+async def create_stateless(body: RunCreate, _: CallerDep) -> None:
     """A background run needs a thread (to join it later)."""
     raise WireError("thread_id", "a background run needs a thread: POST /threads/{thread_id}/runs")

@@ -2,8 +2,9 @@
 ``/threads``: create, search, count, get, patch, delete and copy threads; read a thread's state (at its head or at a
 checkpoint), edit it, and page through its history.
 
-The handlers are plain functions: FastAPI runs them in its thread pool, so their database calls never block the
-event loop.
+The frequent, short requests (create a thread, read one) are async: their database work runs as the run queue's
+does (``RunManager.db``: inline on SQLite, when it need not wait). The others are plain functions: FastAPI runs them
+in its thread pool, so their longer database work (searches, histories, copies) never holds the event loop.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi.responses import JSONResponse
 from haystack import logging
 
 from haystack_state.agent.session import ThreadSnapshot
@@ -30,7 +32,15 @@ from haystack_state.server.models import (
 )
 from haystack_state.server.storage import ThreadBusy, ThreadRecord
 from haystack_state.server.text import check_request
-from haystack_state.server.threads import agent_of, copy_values, head, not_found, owned_thread, seed_thread
+from haystack_state.server.threads import (
+    agent_of,
+    copy_values,
+    head,
+    head_async,
+    not_found,
+    owned_thread,
+    seed_thread,
+)
 from haystack_state.server.views import checkpoint_ref, meta_view, outcome_status, select, state_view, thread_view
 from haystack_state.server.wire import keys_named, values_from_wire
 
@@ -41,14 +51,16 @@ router = APIRouter(prefix="/threads", tags=["Threads"], dependencies=[Depends(ch
 _STATE_FIELDS = {"values", "next", "tasks", "interrupts"}
 
 
-@router.post("")
-def create_thread(body: ThreadCreate, server: ServerDep, user: UserDep) -> dict[str, Any]:
+@router.post("", response_model=dict[str, Any])
+async def create_thread(body: ThreadCreate, server: ServerDep, user: UserDep) -> JSONResponse:
     """Create a thread (it gets its first checkpoint from its first run, or from ``update_state``)."""
     thread_id = body.thread_id or str(uuid.uuid4())
-    record = server.storage.create_thread(thread_id, user, body.metadata or {}, if_exists=body.if_exists)
+    metadata, if_exists = body.metadata or {}, body.if_exists
+    record = await server.runs.db(lambda: server.storage.create_thread(thread_id, user, metadata, if_exists=if_exists))
     if record is None:
         raise HTTPException(409, f"Thread '{thread_id}' already exists.")
-    return thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt)
+    snapshot = await head_async(server, record)
+    return JSONResponse(thread_view(record, snapshot, system_prompt=server.assistants.wire_system_prompt))
 
 
 @router.post("/search")
@@ -94,11 +106,12 @@ def count_threads(body: ThreadCount, server: ServerDep, user: UserDep) -> int:
     return server.storage.count_threads(user, metadata=body.metadata, status=body.status)
 
 
-@router.get("/{thread_id}")
-def get_thread(thread_id: str, server: ServerDep, user: UserDep) -> dict[str, Any]:
+@router.get("/{thread_id}", response_model=dict[str, Any])
+async def get_thread(thread_id: str, server: ServerDep, user: UserDep) -> JSONResponse:
     """One thread, with its values and interrupts."""
-    record = owned_thread(server, thread_id, user)
-    return thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt)
+    record = await server.runs.db(lambda: owned_thread(server, thread_id, user))
+    snapshot = await head_async(server, record)
+    return JSONResponse(thread_view(record, snapshot, system_prompt=server.assistants.wire_system_prompt))
 
 
 @router.patch("/{thread_id}")
