@@ -535,23 +535,24 @@ def idempotent_durable(server: Server) -> str:
 
 
 def idempotent_ours(server: Server) -> str:
-    """No idempotency key yet: a retry while the run runs is refused (the thread is busy), one after it runs again."""
+    """The same submission with one ``Idempotency-Key``: while the run runs, and after it ended; then another body."""
     side = Ours(server)
     key = {"Idempotency-Key": f"bench-{uuid.uuid4().hex}"}
     with side.client() as client:
         thread_id = client.threads.create()["thread_id"]
         first = client.runs.create(thread_id, "agent", input=human("work oi1"), headers=key)["run_id"]
-        try:
-            client.runs.create(thread_id, "agent", input=human("work oi1"), headers=key)
-            during = "accepted"
-        except Exception as error:  # langgraph-sdk's ConflictError
-            during = f"refused ({type(error).__name__})"
+        during = client.runs.create(thread_id, "agent", input=human("work oi1"), headers=key)["run_id"]
         client.runs.join(thread_id, first)
         after = client.runs.create(thread_id, "agent", input=human("work oi1"), headers=key)["run_id"]
-        client.runs.join(thread_id, after)
+        other = httpx.post(
+            f"{server.url}/threads/{thread_id}/runs",
+            json={"assistant_id": "agent", "input": human("work oi2")},
+            headers=key,
+            timeout=30,
+        )
     return (
-        f"a retry while the run runs: {during}; after it ended: a new run ({after != first}); "
-        f"tool executions: {tool_calls(server.tmp)['oi1']}"
+        f"same run id: {first == during == after}; tool executions: {tool_calls(server.tmp)['oi1']}; "
+        f"another body with the same key: HTTP {other.status_code}"
     )
 
 
