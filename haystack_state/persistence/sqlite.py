@@ -148,6 +148,25 @@ class WouldBlock(Exception):
     """
 
 
+@contextmanager
+def transaction(conn: sqlite3.Connection, begin: str, *, inline: bool) -> Iterator[None]:
+    """
+    ``begin`` (``BEGIN`` or ``BEGIN IMMEDIATE``), then ``COMMIT``; rolled back on an error. ``inline`` (on an event
+    loop): a locked database raises :class:`WouldBlock`, with nothing written, instead of its error. Shared by the
+    checkpointer and the server's own tables.
+    """
+    try:
+        conn.execute(begin)
+        yield
+        conn.execute("COMMIT")
+    except BaseException as error:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if inline and is_busy(error):
+            raise WouldBlock from error
+        raise
+
+
 def is_busy(error: BaseException) -> bool:
     """Whether a SQLite error says that the database is locked by another connection (``SQLITE_BUSY``/``LOCKED``)."""
     code = getattr(error, "sqlite_errorcode", None)
@@ -385,16 +404,8 @@ class SQLiteCheckpointer(Checkpointer):
         try:
             with self._connection(inline) as conn:
                 self._check_file()
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
+                with transaction(conn, "BEGIN IMMEDIATE", inline=inline):
                     yield conn
-                    conn.execute("COMMIT")
-                except BaseException as error:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    if inline and is_busy(error):
-                        raise WouldBlock from error
-                    raise
         finally:
             self._write_lock.release()
         if inline:

@@ -34,6 +34,7 @@ from haystack_state.errors import CheckpointError
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.memory import InMemoryCheckpointer
 from haystack_state.persistence.sqlite import SQLiteCheckpointer, SQLiteFile, WouldBlock, is_busy
+from haystack_state.persistence.sqlite import transaction as sqlite_transaction
 from haystack_state.text import lenient_text
 
 __all__ = ["Database", "PostgresDatabase", "SQLiteDatabase", "UniqueViolation", "database_for"]
@@ -232,17 +233,11 @@ class SQLiteDatabase(Database):
 
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Cursor]:
-        with self._connection(write=write) as (conn, inline):
-            try:
-                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                yield _SQLiteCursor(conn)
-                conn.execute("COMMIT")
-            except BaseException as error:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                if inline and is_busy(error):
-                    raise WouldBlock from error
-                raise
+        with (
+            self._connection(write=write) as (conn, inline),
+            sqlite_transaction(conn, "BEGIN IMMEDIATE" if write else "BEGIN", inline=inline),
+        ):
+            yield _SQLiteCursor(conn)
         state = self._inline
         if write and state.active:
             state.wrote = True
