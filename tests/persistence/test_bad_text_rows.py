@@ -23,7 +23,7 @@ from haystack_state.server.database import Database, PostgresDatabase, SQLiteDat
 from haystack_state.server.storage import ServerStorage
 
 if TYPE_CHECKING:
-    from conftest import Harness
+    from persistence.harness import Harness
 
 BAD = "\ud800"
 persistent = pytest.mark.parametrize(

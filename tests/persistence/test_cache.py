@@ -25,9 +25,9 @@ from haystack_state.persistence.ops import ReadChain, ReadMeta
 from haystack_state.values import FrozenDict, FrozenList, freeze, thaw
 
 if TYPE_CHECKING:
-    from conftest import Harness
+    from persistence.harness import Harness
 
-from test_checkpointers import commit_all, new_thread
+from persistence.test_checkpointers import commit_all, new_thread
 
 
 @register_type(name="test_cache.Point")

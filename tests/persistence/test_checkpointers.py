@@ -22,7 +22,7 @@ from haystack_state.persistence.delta import materialize
 from haystack_state.persistence.ops import ReadChain
 
 if TYPE_CHECKING:
-    from conftest import Harness
+    from persistence.harness import Harness
 
 
 def new_thread() -> str:

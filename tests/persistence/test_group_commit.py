@@ -15,7 +15,7 @@ from haystack_state.persistence import extend
 
 if TYPE_CHECKING:
     from haystack_state.persistence import Checkpointer, CheckpointMeta, Lease
-    from tests.persistence.conftest import Harness
+    from persistence.harness import Harness
 
 
 def _thread() -> str:

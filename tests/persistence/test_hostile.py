@@ -24,7 +24,7 @@ from haystack_state.errors import (
 from haystack_state.persistence import Checkpointer, CheckpointMeta, SQLiteCheckpointer, extend, replace
 
 if TYPE_CHECKING:
-    from conftest import Harness
+    from persistence.harness import Harness
 
 # Any text but lone surrogates, which commits refuse (tests/persistence/test_bad_text_rows.py).
 HOSTILE_TEXT = "nul\x00here, \ufffd replacement, \u2028 separators, \ud7ff and \ue000 and emoji \U0001f600"

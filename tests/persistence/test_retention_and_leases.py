@@ -21,7 +21,7 @@ from haystack_state.persistence import Checkpointer, CheckpointMeta, extend, rep
 from haystack_state.persistence.ops import ReadChain
 
 if TYPE_CHECKING:
-    from conftest import Harness
+    from persistence.harness import Harness
 
 
 def new_thread() -> str:

@@ -2,9 +2,9 @@
 Fixtures of the reliability tests (issue 7): bad input, properties, crashes, load and codec safety.
 
 - This folder is a package (``reliability``), so pytest puts ``tests/`` on ``sys.path``: the shared helpers
-  (``workers``, ``persistence.conftest``) and the worker modules here (``reliability.*``) import by those names, also
+  (``workers``, ``persistence.harness``) and the worker modules here (``reliability.*``) import by those names, also
   in the worker processes (which run with ``tests/`` as their working directory and ``PYTHONPATH``).
-- The PostgreSQL fixtures are those of ``tests/persistence/conftest.py``: a fresh schema per test, skipped without a
+- The PostgreSQL fixtures are those of ``tests/persistence/harness.py``: a fresh schema per test, skipped without a
   server unless ``HAYSTACK_STATE_REQUIRE_POSTGRES=1``.
 - Tests marked ``stress`` (the full counts) are skipped unless the marker expression selects them (``-m stress``);
   the default suite runs the same tests with smaller counts.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from persistence.conftest import postgres_dsn, postgres_schema
+from persistence.harness import postgres_dsn, postgres_schema
 
 from reliability.common import FIGURES, record
 

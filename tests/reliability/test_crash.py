@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 from haystack.dataclasses import ChatMessage
-from persistence.conftest import Harness, PostgresHarness
+from persistence.harness import Harness, PostgresHarness
 from without_ids import without_ids
 from workers import harness
 from workers.harness import store_spec, wait_for_leases

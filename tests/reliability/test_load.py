@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from haystack.dataclasses import ChatMessage
-from persistence.conftest import Harness
+from persistence.harness import Harness
 from workers import harness
 from workers.harness import store_spec
 

@@ -23,7 +23,7 @@ import pytest
 import uvicorn
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
-from persistence.conftest import POSTGRES_DSN, postgres_dsn, postgres_schema
+from persistence.harness import POSTGRES_DSN, postgres_dsn, postgres_schema
 
 from haystack_state import Agent
 from haystack_state.persistence import Checkpointer, SQLiteCheckpointer

@@ -1,5 +1,5 @@
 """
-The backend fixture of the durable-thread tests, on the harnesses of ``tests/persistence/conftest.py``: in memory,
+The backend fixture of the durable-thread tests, on the harnesses of ``tests/persistence/harness.py``: in memory,
 SQLite (a file in ``tmp_path``) and PostgreSQL (a fresh schema per test, marked ``postgres``; skipped when no server
 answers, unless ``HAYSTACK_STATE_REQUIRE_POSTGRES=1``).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from persistence.conftest import (
+from persistence.harness import (
     POSTGRES_DSN,
     Harness,
     MemoryHarness,

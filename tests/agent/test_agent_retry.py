@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from haystack import component
 from haystack.dataclasses import ChatMessage, ToolCall
-from persistence.conftest import postgres_dsn, postgres_schema
+from persistence.harness import postgres_dsn, postgres_schema
 
 from haystack_state import (
     Agent,

@@ -1195,7 +1195,7 @@ def test_to_dict_and_from_dict(monkeypatch: pytest.MonkeyPatch) -> None:
     params = data["init_parameters"]
     assert params["raise_on_failure"] is False
     assert params["max_workers"] == 2
-    assert params["streaming_callback"] == "test_invoker.record_chunk"
+    assert params["streaming_callback"] == f"{__name__}.record_chunk"
     assert params["enable_streaming_callback_passthrough"] is True
     assert [t["data"]["name"] for t in params["tools"]] == ["add", "hs_note"]
     json.dumps(data)  # plain JSON

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from persistence.conftest import postgres_dsn, postgres_schema
+from persistence.harness import postgres_dsn, postgres_schema
 
 from haystack_state import SQLiteCheckpointer, State
 from haystack_state.cli import main, short_ids

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from persistence.conftest import postgres_dsn, postgres_schema
+from persistence.harness import postgres_dsn, postgres_schema
 
 from haystack_state.cli import main
 

@@ -20,7 +20,7 @@ import pytest
 from haystack import component
 from haystack.core.serialization import allow_deserialization_module
 from haystack.dataclasses import ChatMessage
-from persistence.conftest import postgres_dsn, postgres_schema
+from persistence.harness import postgres_dsn, postgres_schema
 
 from haystack_state import SQLiteCheckpointer
 from haystack_state.errors import StoreError, StoreInputError

@@ -306,7 +306,7 @@ def test_ctrl_c_stops_a_sync_run_at_once(tmp_path: Path, runner: str, count: int
     script.write_text(CTRL_C_SCRIPT)
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]),
     }
     process = subprocess.Popen(
         [sys.executable, str(script), runner, str(count)],

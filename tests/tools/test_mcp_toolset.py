@@ -22,7 +22,7 @@ from haystack_state.testing import ScriptedChatGenerator
 
 pytestmark = pytest.mark.slow
 
-SERVER = Path(__file__).parent / "workers" / "mcp_server.py"
+SERVER = Path(__file__).parent.parent / "workers" / "mcp_server.py"
 
 
 @pytest.fixture

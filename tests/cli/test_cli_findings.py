@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from persistence.conftest import postgres_dsn, postgres_schema
-from test_cli import Run, assert_fails, console_script, follow_ups, run
+from persistence.harness import postgres_dsn, postgres_schema
+from cli.test_cli import Run, assert_fails, console_script, follow_ups, run
 
 import haystack_state_cli
 from haystack_state import SQLiteCheckpointer
