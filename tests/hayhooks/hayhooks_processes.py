@@ -1,7 +1,8 @@
 """
 Real Hayhooks processes for the tests of ``haystack_state.hayhooks``: ``hayhooks run`` (and ``hayhooks mcp run``) on a
 pipelines folder in a temporary directory, holding the wrapper of docs/hayhooks.md (the demo's research agent, a
-scripted model, on a SQLite file of that directory) and a second one served through the sync methods.
+scripted model, on a SQLite file of that directory; ``examples/hayhooks/research``) and a second one served through
+the sync methods.
 
 Hayhooks is found next to the Python that runs the tests, or at the path in ``HAYSTACK_STATE_HAYHOOKS`` (the
 ``hayhooks`` executable of another environment, which must have haystack-state installed: Hayhooks 2.1's ``mcp``
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import signal
 import socket
@@ -24,7 +24,8 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "hayhooks.md"
+EXAMPLES = ROOT / "examples" / "hayhooks"
+WRAPPER = EXAMPLES / "research" / "pipeline_wrapper.py"
 INSTALL = 'pip install -e ".[hayhooks]"'
 STARTUP_TIMEOUT = 90.0
 
@@ -68,10 +69,8 @@ def mcp_server_problem(executable: str) -> str | None:
 
 
 def wrapper_source() -> str:
-    """The ``pipeline_wrapper.py`` of docs/hayhooks.md's three commands (the heredoc)."""
-    match = re.search(r"cat > pipelines/research/pipeline_wrapper\.py <<'EOF'\n(.*?)\nEOF\n", DOC.read_text(), re.S)
-    assert match is not None, "docs/hayhooks.md lost its wrapper heredoc"
-    return match.group(1) + "\n"
+    """The ``pipeline_wrapper.py`` of the three commands (README.md, docs/hayhooks.md): the demo's deployment."""
+    return WRAPPER.read_text()
 
 
 def free_port() -> int:
@@ -92,7 +91,7 @@ def write_pipelines(folder: Path) -> Path:
     sync = wrapper_source().replace(
         'SQLiteCheckpointer("research.db")))', 'SQLiteCheckpointer("research_sync.db")), sync=True)'
     )
-    assert "sync=True" in sync, "docs/hayhooks.md's wrapper changed: update write_pipelines"
+    assert "sync=True" in sync, "examples/hayhooks/research/pipeline_wrapper.py changed: update write_pipelines"
     (pipelines / "research_sync").mkdir()
     (pipelines / "research_sync" / "pipeline_wrapper.py").write_text(sync)
     return pipelines
