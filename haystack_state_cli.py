@@ -173,7 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_store_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+def _add_store_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     store = commands.add_parser(
         "store",
         help="read and edit a long-term memory store",

@@ -129,17 +129,17 @@ def time_text(moment: dt.datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> Any:
     """A JSON-safe rendering of a stored value (objects not JSON-native become their ``str``)."""
     return json.loads(json.dumps(to_jsonable(value), ensure_ascii=False, default=str))
 
 
-def size(value: Any) -> int:
+def size(value: object) -> int:
     """The UTF-8 bytes of a value's JSON rendering, as ``State.size()`` measures it."""
     return len(json.dumps(to_jsonable(value), ensure_ascii=False, default=str).encode("utf-8"))
 
 
-def type_name(value: Any) -> str:
+def type_name(value: object) -> str:
     """``str``, ``dict``, ``list[ChatMessage]``, ``list[dict | str]``: the stored value's type."""
     if isinstance(value, list | tuple | set | frozenset):
         kinds = sorted({type(item).__name__ for item in value})

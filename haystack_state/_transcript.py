@@ -23,7 +23,7 @@ RESULT_CHARS = 240
 _ROLE_WIDTH = len("assistant")
 
 
-def is_conversation(value: Any) -> bool:
+def is_conversation(value: object) -> bool:
     """Whether a stored value is a conversation: a list of ``ChatMessage``."""
     return isinstance(value, list | tuple) and all(isinstance(message, ChatMessage) for message in value)
 

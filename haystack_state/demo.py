@@ -199,7 +199,7 @@ class DemoResult:
     sizes: dict[str, int] = field(default_factory=dict)
 
 
-def item_summary(value: Any) -> str:
+def item_summary(value: object) -> str:
     """One appended item in a line: a message as ``role: text`` or its tool calls, a document by its title."""
     if isinstance(value, ChatMessage):
         if value.tool_calls:
@@ -222,14 +222,14 @@ def _short(text: str, width: int = 72) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     if value is None:
         return "unset"
     text = repr(value)
     return text if len(text) <= 40 else summarize(value, 40)
 
 
-def describe_change(before: Any, after: Any) -> tuple[str, list[Any] | None]:
+def describe_change(before: object, after: object) -> tuple[str, list[object] | None]:
     """
     Describe how a stored value changed: ``("+2 items", [the two items])`` when a list (or an unset key) was
     appended to, otherwise ``("'Ann' -> 'Bob'", None)``, with long values summarized (``3 items -> 1 item``).
