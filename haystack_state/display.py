@@ -1,17 +1,19 @@
-"""Short text and HTML renderings of a State, for ``repr`` and notebooks."""
+"""Short text and HTML renderings of a State, for ``repr`` and notebooks, and the sizes ``State.size`` reports."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+import json
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from haystack_state.schema import FieldSpec, type_name
+from haystack_state.values import to_jsonable
 
-__all__ = ["StateDiff", "state_html", "state_repr", "summarize"]
+__all__ = ["StateDiff", "state_html", "state_repr", "summarize", "value_sizes"]
 
 
-def summarize(value: Any, width: int = 40) -> str:
+def summarize(value: object, width: int = 40) -> str:
     """
     A one-line summary of a value: the item count of containers, a shortened repr of the rest.
 
@@ -32,7 +34,13 @@ def summarize(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def state_repr(name: str, specs: Mapping[str, FieldSpec], values: Mapping[str, Any]) -> str:
+def _shown(specs: Mapping[str, FieldSpec], values: Mapping[str, object], width: int) -> Iterator[tuple[str, str]]:
+    """Each key with the summary of its value (``<unset>`` when it holds none), in the schema's order."""
+    for key in specs:
+        yield key, summarize(values[key], width) if key in values else "<unset>"
+
+
+def state_repr(name: str, specs: Mapping[str, FieldSpec], values: Mapping[str, object]) -> str:
     """
     ``State(documents: list = 2 items, user_name: str = 'Bob', ...)``; keys without a value show ``<unset>``.
 
@@ -41,14 +49,11 @@ def state_repr(name: str, specs: Mapping[str, FieldSpec], values: Mapping[str, A
     :param values: The stored values.
     :returns: The repr.
     """
-    parts = []
-    for key, spec in specs.items():
-        shown = summarize(values[key], 24) if key in values else "<unset>"
-        parts.append(f"{key}: {type_name(spec.type)} = {shown}")
+    parts = [f"{key}: {type_name(specs[key].type)} = {shown}" for key, shown in _shown(specs, values, 24)]
     return f"{name}({', '.join(parts)})"
 
 
-def state_html(specs: Mapping[str, FieldSpec], values: Mapping[str, Any]) -> str:
+def state_html(specs: Mapping[str, FieldSpec], values: Mapping[str, object]) -> str:
     """
     An HTML table of key, type, handler, value summary and description.
 
@@ -57,12 +62,29 @@ def state_html(specs: Mapping[str, FieldSpec], values: Mapping[str, Any]) -> str
     :returns: The HTML.
     """
     rows = []
-    for key, spec in specs.items():
-        shown = summarize(values[key], 60) if key in values else "<unset>"
+    for key, shown in _shown(specs, values, 60):
+        spec = specs[key]
         cells = (key, type_name(spec.type), spec.handler_name, shown, spec.description or "")
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("key", "type", "handler", "value", "description"))
     return f'<table class="haystack-state"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def value_sizes(values: Mapping[str, object]) -> dict[str, int]:
+    """
+    The bytes each value holds, measured as the UTF-8 length of its JSON rendering (``str()`` when it has none).
+
+    :param values: key -> value.
+    :returns: key -> bytes, largest first.
+    """
+    sizes = {}
+    for key, value in values.items():
+        try:
+            text = json.dumps(to_jsonable(value), ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = str(value)
+        sizes[key] = len(text.encode("utf-8"))
+    return dict(sorted(sizes.items(), key=lambda item: item[1], reverse=True))
 
 
 class StateDiff(dict[str, tuple[Any, Any]]):
@@ -85,7 +107,7 @@ class StateDiff(dict[str, tuple[Any, Any]]):
         return f'<table class="haystack-state-diff">{head}<tbody>{rows}</tbody></table>'
 
 
-def _change(before: Any, after: Any) -> str:
+def _change(before: object, after: object) -> str:
     """``+2 items``, ``3 keys -> 4 keys``, ``'Alice' -> 'Bob'``, ``unset -> 1 item``."""
     if isinstance(before, list) and isinstance(after, list) and after[: len(before)] == before:
         added = len(after) - len(before)

@@ -8,6 +8,7 @@ situation, so ``except ValueError`` and ``except TypeError`` written for haystac
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from haystack.components.agents.tool_calling import ToolNotFoundException as HaystackToolNotFoundException
@@ -49,7 +50,7 @@ class UnknownStateKeyError(HaystackStateError, ValueError):
 class StateTypeError(HaystackStateError, TypeError):
     """A value written to the state does not match the type its key declares. The state is unchanged."""
 
-    def __init__(self, key: str, expected: str, value: Any, detail: str = "") -> None:
+    def __init__(self, key: str, expected: str, value: object, detail: str = "") -> None:
         self.key = key
         self.expected = expected
         self.value = value
@@ -100,7 +101,7 @@ class UnstorableValueError(StateTypeError):
     :param reason: Why it cannot be stored.
     """
 
-    def __init__(self, key: str | None, value: Any, reason: str) -> None:
+    def __init__(self, key: str | None, value: object, reason: str) -> None:
         kind = type(value)
         self.key = key  # type: ignore[assignment]  # None only before a State names the key
         self.expected = "a value that can be copied and stored"
@@ -114,7 +115,7 @@ class UnstorableValueError(StateTypeError):
             "run(..., context=obj), and read them in a tool through a parameter annotated RunContext[T] (ctx.deps).",
         )
 
-    def for_key(self, key: str, whole: Any = None) -> UnstorableValueError:
+    def for_key(self, key: str, whole: object = None) -> UnstorableValueError:
         """
         The same error, naming the state key that was written.
 
@@ -140,7 +141,7 @@ class UnstorableTextError(UnstorableValueError):
     """
 
     def __init__(
-        self, key: str | None, problem: str, *, path: str = "", subject: str | None = None, value: Any = None
+        self, key: str | None, problem: str, *, path: str = "", subject: str | None = None, value: object = None
     ) -> None:
         self.key = key  # type: ignore[assignment]  # None only before a State names the key
         self.expected = "text that is valid Unicode"
@@ -157,7 +158,7 @@ class UnstorableTextError(UnstorableValueError):
             "replace the character (for example with U+FFFD, '\\ufffd') or leave it out.",
         )
 
-    def for_key(self, key: str, whole: Any = None) -> UnstorableTextError:
+    def for_key(self, key: str, whole: object = None) -> UnstorableTextError:
         """
         The same error, naming the state key that was written, and where in its value the text is.
 
@@ -277,7 +278,7 @@ class ToolInterruptedError(ToolInvocationError):
     :param index: Which of the call's ``interrupt()`` calls it was, from 0.
     """
 
-    def __init__(self, tool_name: str, message: str, *, call_id: str | None, value: Any, index: int) -> None:
+    def __init__(self, tool_name: str, message: str, *, call_id: str | None, value: object, index: int) -> None:
         super().__init__(tool_name, message)
         self.call_id = call_id
         self.value = value
@@ -348,7 +349,7 @@ class ThreadBusyError(ThreadConflictError, ValueError):
     :param expires_at: When that lease expires unless its holder renews it (a timezone-aware UTC datetime).
     """
 
-    def __init__(self, message: str, *, holder: str | None = None, expires_at: Any = None) -> None:
+    def __init__(self, message: str, *, holder: str | None = None, expires_at: datetime | None = None) -> None:
         self.holder = holder
         self.expires_at = expires_at
         super().__init__(message)
@@ -385,7 +386,7 @@ class StoreInputError(StoreError, ValueError):
 
 
 def _rebuild_interrupted(
-    tool_name: str, message: str, call_id: str | None, value: Any, index: int, state: Any
+    tool_name: str, message: str, call_id: str | None, value: object, index: int, state: object
 ) -> ToolInterruptedError:
     error = ToolInterruptedError(tool_name, message, call_id=call_id, value=value, index=index)
     error.state = state

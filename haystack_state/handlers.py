@@ -75,7 +75,7 @@ def merge_lists(current: list[T] | T | None, new: list[T] | T) -> list[T]:
     return current_list + as_items(new)
 
 
-def replace_values(current: Any, new: Any) -> Any:
+def replace_values(current: object, new: T) -> T:
     """
     Replace the stored value with ``new``. This is the default handler of every key that is not a list.
 
@@ -117,7 +117,7 @@ def merge_dicts(current: Mapping[Any, Any] | None, new: Mapping[Any, Any]) -> di
     return merged
 
 
-def _marker(item: Any) -> tuple[int, Any]:
+def _marker(item: object) -> tuple[int, object]:
     """A lookup key for ``item``: the item itself if hashable, else its repr-independent identity by equality."""
     if isinstance(item, Hashable):
         try:

@@ -31,11 +31,11 @@ from __future__ import annotations
 import dataclasses
 import types
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, NoReturn, TypeVar, Union, get_args, get_origin
+from typing import Any, Final, Generic, NoReturn, SupportsIndex, TypeVar, Union, get_args, get_origin
 
 #: The ``context_params`` entry of a tool parameter annotated ``Store``: it receives the run's store
 #: (``RunContext.store``), not the context.
-STORE_PARAM: Any = type("StoreParam", (), {"__repr__": lambda self: "STORE_PARAM"})()
+STORE_PARAM: Final[object] = type("StoreParam", (), {"__repr__": lambda self: "STORE_PARAM"})()
 
 __all__ = ["STORE_PARAM", "RunContext", "check_deps", "check_tool_deps", "deps_type"]
 
@@ -62,7 +62,7 @@ class RunContext(Generic[T]):
     store: Any = None
     emitter: Callable[[str, Any], None] | None = dataclasses.field(default=None, repr=False, compare=False)
 
-    def emit(self, name: str, data: Any = None) -> None:
+    def emit(self, name: str, data: object = None) -> None:
         """
         Send a ``CustomEvent`` to whoever streams the run (``Agent.stream``); nothing happens if no one does.
 
@@ -93,7 +93,7 @@ class RunContext(Generic[T]):
     def __deepcopy__(self, memo: dict[int, Any]) -> RunContext[T]:
         return self
 
-    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
         raise TypeError(
             "A RunContext cannot be pickled or stored: it carries the run's live dependencies. Pass them to each run "
             "as run(..., context=obj) instead."
@@ -124,7 +124,7 @@ def deps_type(annotation: Any) -> Any:
     return None
 
 
-def check_deps(expected: Any, deps: Any, where: str) -> None:
+def check_deps(expected: object, deps: object, where: str) -> None:
     """
     Check the run's dependencies against what a ``RunContext[T]`` parameter expects, where ``T`` can be checked (a
     class, or a union of classes); other annotations are trusted.
@@ -147,7 +147,7 @@ def check_deps(expected: Any, deps: Any, where: str) -> None:
     )
 
 
-def check_tool_deps(specs: Mapping[str, Any] | Iterable[Any], deps: Any) -> None:
+def check_tool_deps(specs: Mapping[str, Any] | Iterable[Any], deps: object) -> None:
     """
     Check the run's dependencies against every ``RunContext[T]`` parameter of a set of tools (see
     :func:`check_deps`), before anything runs. ``Agent.run`` and ``ToolInvoker.run`` call it at the start of a run.
@@ -173,7 +173,7 @@ def check_tool_deps(specs: Mapping[str, Any] | Iterable[Any], deps: Any) -> None
                 check_deps(expected, deps, f"Tool '{spec.name}', parameter '{param}'")
 
 
-def _classes(annotation: Any) -> tuple[type, ...] | None:
+def _classes(annotation: object) -> tuple[type, ...] | None:
     """The classes an annotation stands for, if ``isinstance`` can check it; None otherwise."""
     if isinstance(annotation, type) and get_origin(annotation) is None:
         if getattr(annotation, "_is_protocol", False) and not getattr(annotation, "_is_runtime_protocol", False):

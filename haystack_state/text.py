@@ -22,9 +22,12 @@ import functools
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from haystack import logging
+
+#: Parsed JSON data (dicts, lists, strings, numbers, booleans, None), as :func:`repair` and :func:`repaired` take it.
+J = TypeVar("J")
 
 __all__ = [
     "BadText",
@@ -119,7 +122,7 @@ class BadText:
         return ".".join(part for part in (root, *(str(step) for _, step in self.path)) if part)
 
 
-def find_bad_text(value: Any, *, nul: bool = False, finite: bool = False) -> BadText | None:
+def find_bad_text(value: object, *, nul: bool = False, finite: bool = False) -> BadText | None:
     """
     The first string of a value that cannot be stored: the value itself, dict keys and values, items of lists,
     tuples, sets and deques, and dataclass fields, however deep (other objects are not looked into).
@@ -129,7 +132,7 @@ def find_bad_text(value: Any, *, nul: bool = False, finite: bool = False) -> Bad
     :param finite: Refuse non-finite floats too (``NaN`` and ``Infinity`` are not JSON numbers).
     :returns: Where it is and what is wrong, or None if every string is fine.
     """
-    stack: list[tuple[Any, tuple[Segment, ...]]] = [(value, ())]
+    stack: list[tuple[object, tuple[Segment, ...]]] = [(value, ())]
     seen: set[int] = set()
     while stack:
         item, path = stack.pop()
@@ -145,7 +148,7 @@ def find_bad_text(value: Any, *, nul: bool = False, finite: bool = False) -> Bad
             continue
         if item is None or isinstance(item, int | bytes) or id(item) in seen:
             continue
-        children: list[tuple[Any, tuple[Segment, ...]]] = []
+        children: list[tuple[object, tuple[Segment, ...]]] = []
         if isinstance(item, Mapping):
             seen.add(id(item))
             for key, sub in item.items():
@@ -184,7 +187,7 @@ def replace_surrogates(text: str) -> str:
     return _SURROGATE.sub(_REPLACEMENT, text) if surrogate_at(text) >= 0 else text
 
 
-def repair(data: Any) -> tuple[Any, int]:
+def repair(data: J) -> tuple[J, int]:
     """
     Replace every lone surrogate in parsed JSON data (dict keys included) by U+FFFD, in place where it can.
 
@@ -193,9 +196,9 @@ def repair(data: Any) -> tuple[Any, int]:
     """
     if isinstance(data, str):
         fixed = replace_surrogates(data)
-        return fixed, int(fixed is not data)
+        return cast(J, fixed), int(fixed is not data)
     changed = 0
-    stack = [data]
+    stack: list[Any] = [data]
     while stack:
         node = stack.pop()
         if type(node) is list:
@@ -226,9 +229,7 @@ def repair(data: Any) -> tuple[Any, int]:
     return data, changed
 
 
-def repaired(
-    data: Any, text: str, *, thread_id: str | None, checkpoint_id: str | None = None, what: str = "data"
-) -> Any:
+def repaired(data: J, text: str, *, thread_id: str | None, checkpoint_id: str | None = None, what: str = "data") -> J:
     """
     Stored JSON data as it may be read: text written before lone surrogates were refused holds them as ``\\udXXX``
     escapes (what is written now never does), and they are replaced by U+FFFD, with a warning naming the thread.

@@ -35,7 +35,7 @@ import enum
 import pathlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 from haystack_state.errors import UnstorableTextError, UnstorableValueError
 from haystack_state.runtime import RunContext
@@ -53,6 +53,9 @@ __all__ = [
     "thaw",
     "to_jsonable",
 ]
+
+T = TypeVar("T")
+TupleT = TypeVar("TupleT", bound=tuple[Any, ...])
 
 _IMMUTABLE_TYPES: tuple[type, ...] = (
     str,
@@ -78,7 +81,7 @@ _IMMUTABLE_TYPES: tuple[type, ...] = (
 SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
 
 
-def _read_only(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+def _read_only(self: object, *args: object, **kwargs: object) -> NoReturn:
     raise TypeError(
         f"This {type(self).__mro__[1].__name__} was read from a State and is read-only; "
         "write changes with state.set(), or work on a mutable copy from haystack_state.thaw(value)."
@@ -221,14 +224,11 @@ class _DataclassInfo:
         # Whether a shallow copy is just a new instance with the same __dict__ (what copy.copy does for a plain
         # class, only much faster); classes that customise copying or pickling, or use __slots__, go through
         # copy.copy.
-        cls: Any = kind
-        base: Any = object
-        self.fast_copy = (
-            cls.__new__ is base.__new__
-            and cls.__reduce_ex__ is base.__reduce_ex__
-            and cls.__reduce__ is base.__reduce__
-            and cls.__getstate__ is base.__getstate__
-            and not hasattr(kind, "__setstate__")
+        self.fast_copy = all(
+            getattr(kind, name) is getattr(object, name)
+            for name in ("__new__", "__reduce_ex__", "__reduce__", "__getstate__")
+        ) and (
+            not hasattr(kind, "__setstate__")
             and not hasattr(kind, "__copy__")
             and all("__slots__" not in vars(ancestor) for ancestor in kind.__mro__[:-1])
         )
@@ -244,7 +244,7 @@ def _dataclass_info(kind: type) -> _DataclassInfo:
     return info
 
 
-def _shallow_copy(value: Any, info: _DataclassInfo) -> Any:
+def _shallow_copy(value: T, info: _DataclassInfo) -> T:
     if info.fast_copy:
         clone = object.__new__(type(value))
         clone.__dict__.update(value.__dict__)
@@ -252,7 +252,7 @@ def _shallow_copy(value: Any, info: _DataclassInfo) -> Any:
     return copy.copy(value)
 
 
-def shallow_copy(value: Any) -> Any:
+def shallow_copy(value: T) -> T:
     """
     A shallow copy of a dataclass instance: a new instance sharing the field values. Plain classes (no
     ``__slots__``, no custom copying or pickling) are copied by hand, much faster than ``copy.copy``.
@@ -271,7 +271,7 @@ def copies_by_dict(kind: type) -> bool:
     return _dataclass_info(kind).fast_copy
 
 
-def _fields_set(value: Any) -> list[tuple[str, Any]]:
+def _fields_set(value: object) -> list[tuple[str, object]]:
     """The dataclass fields of ``value`` that hold a value, with it."""
     fields = []
     for name in _dataclass_info(type(value)).fields:
@@ -308,28 +308,16 @@ def _category(kind: type) -> int:
     return category
 
 
-def _freeze_dataclass(value: Any) -> Any:
+def _freeze_dataclass(value: T) -> T:
     info = _dataclass_info(type(value))
-    if info.fast_copy:  # a plain class: work on a copy of its __dict__ (every message of a run comes this way)
+    if info.fast_copy:  # a plain class: rebuilt from a copy of its __dict__ (every message of a run comes this way)
         attributes = value.__dict__.copy()
-        for name in info.fields:
-            inner = attributes.get(name, _UNSET)
-            if inner is _UNSET:
-                continue
-            kind = type(inner)
-            if kind in _AS_IS:
-                if kind is str and not inner.isascii():
-                    _check_text(inner)
-                continue
-            frozen = freeze(inner)
-            if frozen is not inner:
-                attributes[name] = frozen
-        clone = object.__new__(type(value))
-        object.__setattr__(clone, "__dict__", attributes)
-        return clone
-    clone = _shallow_copy(value, info)
+        fields = None
+    else:  # other classes are copied, then given the fields that freezing changed
+        fields = {name: inner for name in info.fields if (inner := getattr(value, name, _UNSET)) is not _UNSET}
+        attributes = fields.copy()
     for name in info.fields:
-        inner = getattr(value, name, _UNSET)
+        inner = attributes.get(name, _UNSET)
         if inner is _UNSET:
             continue
         kind = type(inner)
@@ -339,6 +327,14 @@ def _freeze_dataclass(value: Any) -> Any:
             continue
         frozen = freeze(inner)
         if frozen is not inner:
+            attributes[name] = frozen
+    if fields is None:
+        clone = object.__new__(type(value))
+        object.__setattr__(clone, "__dict__", attributes)
+        return clone
+    clone = _shallow_copy(value, info)
+    for name, frozen in attributes.items():
+        if frozen is not fields[name]:
             object.__setattr__(clone, name, frozen)
     return clone
 
@@ -347,7 +343,7 @@ def _freeze_tuple(value: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(map(freeze, value))
 
 
-def _freeze_namedtuple(value: Any) -> Any:
+def _freeze_namedtuple(value: TupleT) -> TupleT:
     return type(value)(*map(freeze, value))
 
 
@@ -359,11 +355,11 @@ def _freeze_frozenset(value: frozenset[Any]) -> frozenset[Any]:
     return frozenset(map(freeze, value))
 
 
-def _kept(value: Any) -> Any:
+def _kept(value: T) -> T:
     return value
 
 
-def _deep_copy(value: Any) -> Any:
+def _deep_copy(value: T) -> T:
     try:
         return copy.deepcopy(value)
     except Exception as error:
@@ -372,7 +368,7 @@ def _deep_copy(value: Any) -> Any:
         ) from error
 
 
-def _refuse_context(value: Any) -> NoReturn:
+def _refuse_context(value: object) -> NoReturn:
     raise UnstorableValueError(
         None, value, "a RunContext carries the run's live dependencies and is never stored, copied or checkpointed."
     )
@@ -472,7 +468,7 @@ def needs_copy_on_read(value: Any) -> bool:
     return True
 
 
-def _read_dataclass(value: Any) -> Any:
+def _read_dataclass(value: T) -> T:
     info = _dataclass_info(type(value))
     clone = _shallow_copy(value, info)
     for name in info.fields:

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from haystack_state import (
     RESET,
+    ReadOnlyStateKeyError,
     StagedState,
     State,
     StateHandlerError,
@@ -174,12 +175,13 @@ def test_merge_lists_appends_in_place_without_touching_the_stored_items() -> Non
 
     state = State({"items": {"type": list[Item]}})
     state.set("items", Item(0))
-    stored = state._values["items"]
+    mark = state.watch("items")
     for n in range(1, 50):
         state.set("items", Item(n) if n % 2 else [Item(n)])
     state.set("items", Item(50), handler_override=merge_lists)
     state.set("items", Item(51), handler_override=haystack_merge_lists)
-    assert state._values["items"] is stored  # the same list, grown in place
+    appended = state.appended_since("items", mark)  # None if the list had been replaced rather than grown
+    assert appended is not None and [item.n for item in appended] == list(range(1, 52))
     assert copies == list(range(52))  # each item was copied once, when it was appended
 
 
@@ -651,7 +653,27 @@ def test_repr_html_renders_a_table_of_key_type_handler_and_value() -> None:
     assert "<td>messages</td><td>list[ChatMessage]</td><td>merge_lists</td><td>&lt;unset&gt;</td>" in html
 
 
+def test_protected_keys_refuse_every_kind_of_write_and_staged_views_inherit_them() -> None:
+    state = State({"name": {"type": str}, "ids": {"type": list[int]}}, {"name": "a", "ids": [1]})
+    state.set("name", "b")  # a type the key has accepted: the next such replace may skip the lock
+    state.protect({"name": "the caller sets it", "ids": "the caller sets it"})
+    for key, value in (("name", "c"), ("ids", 2), ("ids", [2, 3])):
+        with pytest.raises(ReadOnlyStateKeyError, match="the caller sets it"):
+            state.set(key, value)
+        with pytest.raises(ReadOnlyStateKeyError, match="the caller sets it"):
+            state.stage().set(key, value)
+    assert state.get("name") == "b" and state.get("ids") == [1]
+    state.unprotect()
+    staged = state.stage()
+    staged.set("name", "c")  # recorded by the view, not stored in the parent
+    staged.set("ids", 2)
+    assert state.get("name") == "b" and state.get("ids") == [1]
+    staged.commit()
+    assert state.get("name") == "c" and state.get("ids") == [1, 2]
+
+
 # --- thread safety ------------------------------------------------------------------------------------------------
+
 
 THREADS = 8
 
@@ -848,3 +870,46 @@ def test_a_failed_staged_batch_leaves_the_parent_lists_alone() -> None:
     assert parent.get("items") == [1, 2, 3]
     assert staged.get("items") == [1, 2]
     assert staged.writes == []
+
+
+def test_draining_changes_while_replacing_lock_free_loses_no_change() -> None:
+    """A lock-free replace racing drain_changes is in this drain's delta or in the next one, never in neither."""
+    state = State({"n": {"type": int}, "log": {"type": list[int]}}, {"n": -1})
+    state.drain_changes()
+    drained: list[int] = []
+    done = threading.Event()
+
+    def work(thread: int) -> None:
+        if thread == 0:
+            for i in range(20000):
+                state.set("n", i)
+            done.set()
+        else:
+            while not done.is_set():
+                change = state.drain_changes().get("n")
+                if change is not None:
+                    drained.append(change["value"])
+
+    _run_threads(work, count=2)
+    last = state.drain_changes().get("n")
+    seen = drained + ([last["value"]] if last is not None else [])
+    assert seen and seen[-1] == 19999  # the last replace reached a delta
+    assert seen == sorted(seen)
+
+
+def test_reading_everything_while_new_keys_are_set_lock_free() -> None:
+    """data, size, to_dict and repr copy the values first: a first lock-free write of a key cannot break them."""
+    keys = [f"k{i}" for i in range(200)]
+    state = State({key: {"type": int} for key in keys})
+    state.set("k0", 0)  # the type is accepted once on the locked path; later ints skip the lock
+
+    def work(thread: int) -> None:
+        if thread == 0:
+            for key in keys:
+                state.set(key, 1)
+        else:
+            for _ in range(50):
+                state.data, state.size(), state.to_dict(), repr(state)
+
+    _run_threads(work, count=2)
+    assert all(state.get(key) == 1 for key in keys)
