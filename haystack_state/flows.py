@@ -2,8 +2,9 @@
 ``FlowDriver``: the base of the backends whose public methods are written once as *flows* (generators that yield
 operations and receive their results): checkpointers and long-term stores. A backend implements ``_execute`` (and,
 with I/O, ``_aexecute``); the driver runs a flow synchronously (:meth:`FlowDriver._drive`) or awaiting each
-operation (:meth:`FlowDriver._adrive`), throws an operation's error back into the flow (a driver error wrapped by
-``_storage_error``, with the cause chained), and makes the backend a (sync and async) context manager.
+operation (:meth:`FlowDriver._adrive`) on the package's one driver of flows (:mod:`haystack_state._driver`), throws
+an operation's error back into the flow (a driver error wrapped by ``_storage_error``, with the cause chained: see
+:func:`haystack_state.db.errors.driver_error`), and makes the backend a (sync and async) context manager.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Generator
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from haystack_state._driver import run_flow, run_flow_async
+from haystack_state.db.errors import driver_error
 from haystack_state.errors import HaystackStateError
 
 __all__ = ["FlowDriver"]
@@ -77,40 +80,15 @@ class FlowDriver(abc.ABC):
 
     def _drive(self, flow: Generator[Any, Any, T]) -> T:
         self._check_open()
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                op = flow.throw(error) if error is not None else flow.send(result)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                result, error = self._step(op), None
-            except HaystackStateError as exc:
-                result, error = None, exc
-            except Exception as exc:
-                result, error = None, self._wrapped(op, exc)
+        return run_flow(flow, self._step, wrap=self._wrap)
 
     async def _adrive(self, flow: Generator[Any, Any, T]) -> T:
         self._check_open()
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                op = flow.throw(error) if error is not None else flow.send(result)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                result, error = await self._astep(op), None
-            except HaystackStateError as exc:
-                result, error = None, exc
-            except Exception as exc:
-                result, error = None, self._wrapped(op, exc)
+        return await run_flow_async(flow, self._astep, wrap=self._wrap)
 
-    def _wrapped(self, op: Any, exc: Exception) -> HaystackStateError:
-        error = self._storage_error(op, exc)
-        error.__cause__ = exc
-        return error
+    def _wrap(self, op: Any, exc: Exception) -> BaseException:
+        """An operation's error as thrown back into its flow: ours as is, a driver's as ``_storage_error``."""
+        return driver_error(op, exc, self._storage_error)
 
     @staticmethod
     def _one(op: Any) -> Generator[Any, Any, Any]:

@@ -13,7 +13,15 @@ from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.codec import decode, dumps, encode, loads
 from haystack_state.persistence.delta import Delta, Source, delete, extend, new_checkpoint_id, replace
 from haystack_state.persistence.memory import InMemoryCheckpointer
-from haystack_state.persistence.records import Checkpoint, CheckpointMeta, Lease, PruneResult, ThreadInfo
+from haystack_state.persistence.records import (
+    Checkpoint,
+    CheckpointMeta,
+    CheckpointMetadata,
+    Lease,
+    LeaseHolder,
+    PruneResult,
+    ThreadInfo,
+)
 from haystack_state.persistence.registry import register_type, registered_names
 from haystack_state.persistence.serde import checkpointer_from_dict
 from haystack_state.persistence.sqlite import SQLiteCheckpointer
@@ -24,10 +32,12 @@ if TYPE_CHECKING:
 __all__ = [
     "Checkpoint",
     "CheckpointMeta",
+    "CheckpointMetadata",
     "Checkpointer",
     "Delta",
     "InMemoryCheckpointer",
     "Lease",
+    "LeaseHolder",
     "PruneResult",
     "SQLiteCheckpointer",
     "Source",

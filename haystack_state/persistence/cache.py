@@ -382,7 +382,7 @@ _PLAIN_LISTS = frozenset({list, FrozenList, FrozenListWithObjects})
 _PLAIN_DICTS = frozenset({dict, FrozenDict, FrozenDictWithObjects})
 
 
-def fresh_copy(value: Any) -> Any:
+def fresh_copy(value: object) -> Any:
     """
     Return a fully mutable copy of a decoded (possibly frozen) value that shares nothing mutable with it.
 
@@ -431,7 +431,7 @@ def _copy_namedtuple(value: Any) -> Any:
     return type(value)(*map(fresh_copy, value))
 
 
-def _same(value: Any) -> Any:
+def _same(value: object) -> Any:
     return value
 
 
@@ -460,7 +460,7 @@ def _copier_for(kind: type) -> Callable[[Any], Any]:
 def _dataclass_copier(kind: type) -> Callable[[Any], Any]:
     names = tuple(field.name for field in dataclasses.fields(kind))
 
-    def copier(value: Any) -> Any:
+    def copier(value: object) -> Any:
         clone = shallow_copy(value)
         for name in names:
             inner = getattr(value, name, _UNSET)
@@ -475,7 +475,7 @@ def _dataclass_copier(kind: type) -> Callable[[Any], Any]:
         return copier
     new = object.__new__
 
-    def dict_copier(value: Any) -> Any:
+    def dict_copier(value: object) -> Any:
         # A plain class (a ChatMessage, its parts, most dataclasses): the fields are read from and written to a copy of
         # the instance's __dict__, with no attribute lookup or setattr per field (a fresh copy of a 20,000-step
         # state's messages: median 468 -> 364 ms). A field missing from __dict__ (a class-level default) takes the

@@ -22,7 +22,6 @@ import contextvars
 import datetime as dt
 import decimal
 import enum
-import json
 import math
 import uuid
 from collections.abc import Callable
@@ -30,7 +29,9 @@ from typing import Any
 
 from haystack.dataclasses import ChatMessage
 
-from haystack_state.errors import CodecError, UnstorableTextError
+from haystack_state.errors import CodecError
+from haystack_state.persistence.json_text import from_json as from_json
+from haystack_state.persistence.json_text import to_json as to_json
 from haystack_state.persistence.message_codec import (
     decode_chat_message,
     encode_chat_message,
@@ -38,7 +39,6 @@ from haystack_state.persistence.message_codec import (
 )
 from haystack_state.persistence.registry import BUILTIN_TAGS, adapter_for_class, adapter_for_name
 from haystack_state.runtime import RunContext
-from haystack_state.text import text_problem
 from haystack_state.values import SCALARS, FrozenDict, freeze, frozen_dict, frozen_list
 
 TYPE_KEY = "__type__"
@@ -67,15 +67,15 @@ class _Failure(Exception):
         return root + "".join(reversed(self.segments))
 
 
-def _key_segment(key: Any) -> str:
+def _key_segment(key: object) -> str:
     return f"[{key!r}]"
 
 
-def _field_segment(key: Any) -> str:
+def _field_segment(key: object) -> str:
     return f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]"
 
 
-def _unencodable(value: Any) -> _Failure:
+def _unencodable(value: object) -> _Failure:
     cls = type(value)
     if isinstance(value, RunContext):
         return _Failure(
@@ -93,7 +93,7 @@ def _tag(name: str, data: Any) -> dict[str, Any]:
     return {TYPE_KEY: name, DATA_KEY: data}
 
 
-def _text(data: Any) -> str:
+def _text(data: object) -> str:
     if type(data) is not str:
         raise ValueError(f"expected a string, got {type(data).__name__}")
     return data
@@ -103,7 +103,7 @@ def _b64(value: bytes | bytearray) -> str:
     return base64.b64encode(value).decode("ascii")
 
 
-def _unb64(data: Any) -> bytes:
+def _unb64(data: object) -> bytes:
     return base64.b64decode(_text(data), validate=True)
 
 
@@ -275,7 +275,7 @@ def _root(key: str | None, where: str | None) -> tuple[str, str]:
     return "", where or "value"
 
 
-def encode(value: Any, *, key: str | None = None, where: str | None = None, compact: bool = False) -> Any:
+def encode(value: object, *, key: str | None = None, where: str | None = None, compact: bool = False) -> Any:
     """
     Turn a value into JSON-compatible data (dicts with string keys, lists, strings, numbers, booleans, None).
 
@@ -377,7 +377,7 @@ def _decode_owned(data: Any) -> Any:
     raise _Failure(f"found a {cls.__qualname__} at {{path}}, which is not JSON data.")
 
 
-def _short(text: Any) -> str:
+def _short(text: object) -> str:
     shown = repr(text)
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
@@ -418,7 +418,7 @@ def _decode_tagged(tagged: dict[str, Any]) -> Any:
         ) from None
 
 
-def _decode_object_data(data: Any) -> Any:
+def _decode_object_data(data: object) -> Any:
     if type(data) is dict and TYPE_KEY not in data:
         out = {}
         for key, item in data.items():
@@ -462,7 +462,7 @@ def _decode_builtin(name: str, data: Any) -> Any:
     return _SCALAR_DECODERS[name](data)
 
 
-def _decode_pairs(data: Any) -> dict[Any, Any]:
+def _decode_pairs(data: object) -> dict[Any, Any]:
     if type(data) is not list:
         raise ValueError("expected a list of [key, value] pairs")
     out = {}
@@ -503,7 +503,7 @@ def _decode_frozen(data: Any) -> Any:
 
 
 def decode(
-    data: Any, *, key: str | None = None, where: str | None = None, frozen: bool = False, owned: bool = False
+    data: object, *, key: str | None = None, where: str | None = None, frozen: bool = False, owned: bool = False
 ) -> Any:
     """
     Turn data produced by :func:`encode` (or parsed from stored JSON) back into a value.
@@ -536,68 +536,7 @@ def decode(
     return freeze(value) if frozen else value
 
 
-# --- JSON text ---------------------------------------------------------------------------------------------------
-
-
-def to_json(data: Any, *, strict: bool = False) -> str:
-    """
-    Serialize already-encoded data to compact JSON text.
-
-    Non-ASCII text is kept as is; if the text cannot be stored as UTF-8 (lone surrogates), it is escaped instead, or
-    refused with ``strict``.
-
-    :param data: JSON-compatible data, as returned by :func:`encode`.
-    :param strict: Refuse text that is not valid Unicode (see :mod:`haystack_state.text`) instead of escaping it, as
-        a checkpointer does for what a commit writes. The check is the UTF-8 test that serializing does anyway.
-    :returns: The JSON text.
-    :raises CodecError: If the data is not JSON-compatible.
-    :raises UnstorableTextError: With ``strict``, for text that is not valid Unicode (naming no key: the caller
-        knows which value it serialized).
-    """
-    try:
-        text = _ENCODER.encode(data)
-    except (TypeError, ValueError) as error:
-        raise CodecError(f"Cannot serialize encoded data to JSON: {error}") from None
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        if strict:
-            raise UnstorableTextError(None, text_problem(text) or str(error)) from None
-        text = json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-    return text
-
-
-# One encoder for all data (json.dumps builds a new one per call when given options).
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def from_json(text: str | bytes) -> Any:
-    """
-    Parse JSON text into data (not yet decoded: tagged objects are still dicts).
-
-    :param text: The JSON text.
-    :returns: The parsed data.
-    :raises CodecError: If the text is not valid JSON.
-    """
-    try:
-        if type(text) is str:
-            return _DECODER.decode(text)
-        return json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as error:
-        raise CodecError(f"Stored data is not valid JSON: {error}") from None
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
-# One decoder for all text (json.loads builds a new one per call when given parse_constant).
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-
-
-def dumps(value: Any, *, key: str | None = None) -> str:
+def dumps(value: object, *, key: str | None = None) -> str:
     """
     Encode a value and serialize it to JSON text.
 

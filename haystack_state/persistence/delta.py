@@ -42,7 +42,7 @@ def extend(items: Iterable[Any]) -> dict[str, Any]:
     return {"op": "extend", "items": list(items)}
 
 
-def replace(value: Any) -> dict[str, Any]:
+def replace(value: object) -> dict[str, Any]:
     """
     Build a ``replace`` operation.
 
@@ -61,7 +61,7 @@ def delete() -> dict[str, Any]:
     return {"op": "delete"}
 
 
-def validate_delta(delta: Any) -> None:
+def validate_delta(delta: object) -> None:
     """
     Check the shape of a delta.
 
@@ -140,7 +140,7 @@ def _delta_text_error(delta: Delta, encoded: Mapping[str, Mapping[str, Any]]) ->
     return UnstorableTextError(None, "text that is not valid Unicode", subject="The delta")
 
 
-def checked_json(data: Any, value: Any, subject: str) -> str:
+def checked_json(data: object, value: object, subject: str) -> str:
     """
     The JSON text of encoded data (checkpoint metadata), refusing text that is not valid Unicode.
 
@@ -196,7 +196,7 @@ class ExtendError(ValueError):
     :param checkpoint_id: The checkpoint whose delta holds the ``extend`` (None if unknown).
     """
 
-    def __init__(self, key: str, value: Any, checkpoint_id: str | None = None) -> None:
+    def __init__(self, key: str, value: object, checkpoint_id: str | None = None) -> None:
         super().__init__(f"cannot extend state key '{key}': its value is a {type(value).__name__}, not a list")
         self.key = key
         self.checkpoint_id = checkpoint_id

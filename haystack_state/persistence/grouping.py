@@ -38,7 +38,7 @@ class GroupCommit(Generic[OpT]):
         self.pending: list[tuple[OpT, asyncio.Future[Any]]] = []
         self.writing: asyncio.Task[None] | None = None
 
-    async def submit(self, op: OpT, write: Callable[[list[OpT]], Awaitable[list[Any]]]) -> Any:
+    async def submit(self, op: OpT, write: Callable[[list[OpT]], Awaitable[list[Any]]]) -> object:
         """
         Commit ``op`` with the next batch.
 

@@ -11,14 +11,19 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import threading
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from haystack_state.errors import CheckpointNotFoundError, ThreadNotFoundError
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer, check_commit
 from haystack_state.persistence.leases import busy_error
-from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo
+from haystack_state.persistence.records import (
+    ChainLink,
+    CheckpointerSettings,
+    LeaseHolder,
+    StoredCheckpoint,
+    ThreadInfo,
+)
 
 
 @dataclasses.dataclass
@@ -42,38 +47,18 @@ class InMemoryCheckpointer(Checkpointer):
         ``thread_ttl``, ``snapshot_min_bytes``, ``snapshot_ratio``).
     """
 
-    def __init__(self, *, cache_size: int = 64, **kwargs: Any) -> None:
+    def __init__(self, *, cache_size: int = 64, **kwargs: Unpack[CheckpointerSettings]) -> None:
         super().__init__(cache_size=cache_size, **kwargs)
         self._lock = threading.Lock()
         self._threads: dict[str, _Thread] = {}
-        self._leases: dict[str, tuple[str, dt.datetime]] = {}
+        self._leases: dict[str, LeaseHolder] = {}
         self._stops: set[tuple[str, str]] = set()  # (thread, owner) of the runs asked to stop
-        self._handlers: dict[type, Callable[[Any], Any]] = {
-            ops.Insert: self._insert,
-            ops.ReadHead: self._read_head,
-            ops.ReadMeta: self._read_meta,
-            ops.OpenThread: self._open_thread,
-            ops.ReadChain: self._read_chain,
-            ops.ReadHistory: self._read_history,
-            ops.ReadThreads: self._read_threads,
-            ops.DeleteThread: self._delete,
-            ops.ReadPruneCandidates: self._prune_candidates,
-            ops.SetSnapshot: self._set_snapshot,
-            ops.DeleteCheckpoints: self._delete_checkpoints,
-            ops.SetTTL: self._set_ttl,
-            ops.AcquireLease: self._acquire,
-            ops.HoldThread: self._hold,
-            ops.RenewLease: self._renew,
-            ops.ReleaseLease: self._release,
-            ops.ReadLease: lambda op: self._leases.get(op.thread_id),
-            ops.RequestStop: self._request_stop,
-        }
 
     def init_parameters(self) -> dict[str, Any]:
         """No settings: a rebuilt in-memory checkpointer starts empty (its threads live only in this object)."""
         return self._common_parameters()
 
-    def _execute(self, op: ops.Op) -> Any:
+    def _execute(self, op: ops.Op) -> object:
         with self._lock:
             return self._handlers[type(op)](op)
 
@@ -89,7 +74,7 @@ class InMemoryCheckpointer(Checkpointer):
             thread = None
         if op.lease_owner is not None:
             holder = self._leases.get(row.thread_id)
-            if holder is not None and holder[0] != op.lease_owner and holder[1] > op.now:
+            if holder is not None and holder.owner != op.lease_owner and holder.expires > op.now:
                 raise busy_error(row.thread_id, *holder)
         head = thread.head_id if thread is not None else None
         check_commit(row, op.expected_head, head, lambda: thread is not None and row.parent_id in thread.rows)
@@ -113,7 +98,7 @@ class InMemoryCheckpointer(Checkpointer):
             raise CheckpointNotFoundError(op.thread_id, target)
         return row
 
-    def _open_thread(self, op: ops.OpenThread) -> tuple[tuple[str, dt.datetime] | None, StoredCheckpoint | None]:
+    def _open_thread(self, op: ops.OpenThread) -> tuple[LeaseHolder | None, StoredCheckpoint | None]:
         holder = self._leases.get(op.thread_id)
         try:
             return holder, self._read_meta(ops.ReadMeta(op.thread_id, op.checkpoint_id, op.now))
@@ -203,15 +188,15 @@ class InMemoryCheckpointer(Checkpointer):
         thread.ttl = op.ttl
         return True
 
-    def _acquire(self, op: ops.AcquireLease) -> tuple[str, dt.datetime] | None:
+    def _acquire(self, op: ops.AcquireLease) -> LeaseHolder | None:
         holder = self._leases.get(op.thread_id)
-        if holder is not None and holder[0] != op.owner and holder[1] > op.now:
+        if holder is not None and holder.owner != op.owner and holder.expires > op.now:
             return holder
-        self._leases[op.thread_id] = (op.owner, op.expires_at)
+        self._leases[op.thread_id] = LeaseHolder(op.owner, op.expires_at)
         self._stops = {stop for stop in self._stops if stop[0] != op.thread_id}
         return None
 
-    def _hold(self, op: ops.HoldThread) -> tuple[tuple[str, dt.datetime] | None, str | None]:
+    def _hold(self, op: ops.HoldThread) -> tuple[LeaseHolder | None, str | None]:
         holder = self._acquire(ops.AcquireLease(op.thread_id, op.owner, op.now, op.expires_at))
         if holder is not None:
             return holder, None
@@ -219,21 +204,24 @@ class InMemoryCheckpointer(Checkpointer):
 
     def _renew(self, op: ops.RenewLease) -> bool | None:
         holder = self._leases.get(op.thread_id)
-        if holder is None or holder[0] != op.owner:
+        if holder is None or holder.owner != op.owner:
             return None
-        self._leases[op.thread_id] = (op.owner, op.expires_at)
+        self._leases[op.thread_id] = LeaseHolder(op.owner, op.expires_at)
         return (op.thread_id, op.owner) in self._stops
+
+    def _read_lease(self, op: ops.ReadLease) -> LeaseHolder | None:
+        return self._leases.get(op.thread_id)
 
     def _request_stop(self, op: ops.RequestStop) -> bool:
         holder = self._leases.get(op.thread_id)
-        if holder is None or holder[1] <= op.now:
+        if holder is None or holder.expires <= op.now:
             return False
-        self._stops.add((op.thread_id, holder[0]))
+        self._stops.add((op.thread_id, holder.owner))
         return True
 
     def _release(self, op: ops.ReleaseLease) -> bool:
         holder = self._leases.get(op.thread_id)
-        if holder is None or holder[0] != op.owner:
+        if holder is None or holder.owner != op.owner:
             return False
         del self._leases[op.thread_id]
         return True

@@ -62,7 +62,7 @@ def _plain(value: Any) -> bool:
     return False
 
 
-def _tool_call_data(call: Any) -> dict[str, Any] | None:
+def _tool_call_data(call: object) -> dict[str, Any] | None:
     """A tool call's ``to_dict`` data (its values in the compact form's row order), or None if not plain JSON."""
     fields = call.__dict__
     if not _TOOL_CALL_KEYS.issubset(fields):
@@ -123,7 +123,7 @@ def _encode_parts(content: Any, compact: bool) -> list[Any] | None:
     return parts
 
 
-def _encode_message(message: Any, encode: Callable[[Any], Any], compact: bool) -> Any:
+def _encode_message(message: object, encode: Callable[[Any], Any], compact: bool) -> Any:
     fields = message.__dict__
     role = fields.get("_role")
     if type(role) is not ChatRole or type(fields.get("_content")) not in _CONTENT_LISTS:
@@ -137,7 +137,7 @@ def _encode_message(message: Any, encode: Callable[[Any], Any], compact: bool) -
     return {"role": role.value, "meta": meta, "name": name, "content": parts}
 
 
-def encode_chat_message(message: Any, encode: Callable[[Any], Any]) -> dict[str, Any] | None:
+def encode_chat_message(message: object, encode: Callable[[Any], Any]) -> dict[str, Any] | None:
     """
     The encoded data of ``message.to_dict()``, built without ``dataclasses.asdict``.
 
@@ -149,7 +149,7 @@ def encode_chat_message(message: Any, encode: Callable[[Any], Any]) -> dict[str,
     return data
 
 
-def encode_chat_message_compact(message: Any, encode: Callable[[Any], Any]) -> list[Any] | None:
+def encode_chat_message_compact(message: object, encode: Callable[[Any], Any]) -> list[Any] | None:
     """
     The compact stored form of a message (see the module docstring): ``[role, name, meta, parts]``.
 
@@ -162,7 +162,7 @@ def encode_chat_message_compact(message: Any, encode: Callable[[Any], Any]) -> l
     return data
 
 
-def _call_row(data: Any) -> list[Any] | None:
+def _call_row(data: object) -> list[Any] | None:
     """A tool call stored as ``to_dict`` gives it, as the compact form's row (None if it is not one)."""
     if type(data) is not dict or "tool_name" not in data or "arguments" not in data:
         return None
@@ -211,7 +211,7 @@ def _compact_part(part: Any, decode: Callable[[Any], Any]) -> Any:
     return None
 
 
-def _dict_part(part: Any, decode: Callable[[Any], Any]) -> Any:
+def _dict_part(part: object, decode: Callable[[Any], Any]) -> Any:
     if type(part) is not dict or len(part) != 1:
         return None
     if "text" in part:
@@ -229,7 +229,7 @@ def _dict_part(part: Any, decode: Callable[[Any], Any]) -> Any:
     return None
 
 
-def decode_chat_message(data: Any, decode: Callable[[Any], Any], frozen: bool) -> Any:
+def decode_chat_message(data: object, decode: Callable[[Any], Any], frozen: bool) -> Any:
     """
     Build a ``ChatMessage`` from its stored data (``to_dict`` output, encoded, or the compact form), as
     ``ChatMessage.from_dict`` would.

@@ -37,6 +37,7 @@ __all__ = [
     "SetSnapshot",
     "SetTTL",
     "Flow",
+    "HANDLERS",
     "describe",
 ]
 
@@ -272,6 +273,30 @@ WRITES = (
     ReleaseLease,
     RequestStop,
 )
+
+
+#: The name of the method that executes each operation, the same in every backend: the one op->handler table
+#: (:class:`~haystack_state.persistence.base.Checkpointer` binds it once per checkpointer).
+HANDLERS: dict[type, str] = {
+    Insert: "_insert",
+    ReadHead: "_read_head",
+    ReadMeta: "_read_meta",
+    OpenThread: "_open_thread",
+    ReadChain: "_read_chain",
+    ReadHistory: "_read_history",
+    ReadThreads: "_read_threads",
+    DeleteThread: "_delete",
+    ReadPruneCandidates: "_prune_candidates",
+    SetSnapshot: "_set_snapshot",
+    DeleteCheckpoints: "_delete_checkpoints",
+    SetTTL: "_set_ttl",
+    AcquireLease: "_acquire",
+    HoldThread: "_hold",
+    RenewLease: "_renew",
+    ReleaseLease: "_release",
+    ReadLease: "_read_lease",
+    RequestStop: "_request_stop",
+}
 
 
 def describe(op: Op) -> str:

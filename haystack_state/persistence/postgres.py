@@ -21,12 +21,10 @@ when looked up again; lease, TTL and snapshot writes are idempotent and simply r
 from __future__ import annotations
 
 import asyncio
-import collections
 import threading
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Unpack
 
 try:
     import psycopg
@@ -40,12 +38,26 @@ except ImportError as _error:  # pragma: no cover - depends on the installed ext
 from haystack.core.errors import SerializationError
 from haystack.utils import Secret
 
+from haystack_state.db.migrations import migrate_postgres, postgres_version
+from haystack_state.db.postgres import (
+    Attempt,
+    LoopConnections,
+    Templates,
+    arun_script,
+    conninfo_parameter,
+    open_pool,
+    read_only_conninfo,
+    run_script,
+    secret_conninfo,
+)
 from haystack_state.errors import CheckpointError
-from haystack_state.migrations import migrate_postgres, postgres_version
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.grouping import Failed, GroupCommit
-from haystack_state.persistence.postgres_scripts import ALL, COUNT, ONE, PostgresScripts, Script, Stmt
+from haystack_state.persistence.postgres_scripts import PostgresScripts
+from haystack_state.persistence.records import CheckpointerSettings
+
+__all__ = ["MIGRATIONS", "PostgresCheckpointer", "read_only_conninfo"]
 
 #: Append-only: the schema version is the number of migrations applied. Never edit or reorder an entry.
 #: ``{threads}``, ``{checkpoints}`` and ``{leases}`` are replaced by the schema-qualified table names.
@@ -95,124 +107,13 @@ MIGRATIONS: list[tuple[str, ...]] = [
 ]
 
 
-def read_only_conninfo(conninfo: str) -> str:
-    """
-    ``conninfo`` with every transaction read-only (``-c default_transaction_read_only=on`` added to its options).
-
-    :param conninfo: A libpq connection string or URL.
-    :returns: The connection string.
-    """
-    given = psycopg.conninfo.conninfo_to_dict(conninfo).get("options") or ""
-    return psycopg.conninfo.make_conninfo(conninfo, options=f"{given} -c default_transaction_read_only=on".strip())
-
-
-#: The cursor method that reads a statement's result, by its ``fetch`` (the others give the row count or None).
-_FETCH_METHODS = {ONE: "fetchone", ALL: "fetchall"}
-
-
-def _no_fetch(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any], stmt: Stmt) -> Any:
-    return cursor.rowcount if stmt.fetch == COUNT else None
-
-
-def _fetch(cursor: psycopg.Cursor[Any], stmt: Stmt) -> Any:
-    """A statement's result, as its ``fetch`` asks."""
-    method = _FETCH_METHODS.get(stmt.fetch)
-    return getattr(cursor, method)() if method is not None else _no_fetch(cursor, stmt)
-
-
-async def _afetch(cursor: psycopg.AsyncCursor[Any], stmt: Stmt) -> Any:
-    """:func:`_fetch`, awaiting the cursor."""
-    method = _FETCH_METHODS.get(stmt.fetch)
-    return await getattr(cursor, method)() if method is not None else _no_fetch(cursor, stmt)
-
-
-class _Attempt:
-    """How far an attempt got: whether its COMMIT was sent, and on which connection."""
-
-    def __init__(self) -> None:
-        self.committing = False
-        self.conn: Any = None
-
-    def dead(self) -> bool:
-        return self.conn is not None and bool(self.conn.closed or getattr(self.conn, "broken", False))
-
-
-class _LoopConnections:
-    """
-    The async connections of one event loop: at most ``size``, reused, waited for when all are busy.
-
-    :param dsn: Where to connect.
-    :param size: How many connections at most.
-    :param loop: The loop they belong to.
-    """
+class _LoopConnections(LoopConnections):
+    """An event loop's connections (:class:`~haystack_state.db.postgres.LoopConnections`) and its group commits."""
 
     def __init__(self, dsn: str, size: int, loop: asyncio.AbstractEventLoop) -> None:
-        self.dsn = dsn
-        self.size = size
-        self.loop = weakref.ref(loop)
-        self.idle: list[psycopg.AsyncConnection[Any]] = []
-        self.open: list[psycopg.AsyncConnection[Any]] = []
-        self.connecting = 0
-        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        super().__init__(dsn, size, loop)
         self.appends: GroupCommit[ops.Insert] = GroupCommit()
         self.releases: GroupCommit[ops.ReleaseLease] = GroupCommit()
-
-    def loop_gone(self) -> bool:
-        loop = self.loop()
-        return loop is None or loop.is_closed()
-
-    async def get(self) -> psycopg.AsyncConnection[Any]:
-        while True:
-            while self.idle:
-                conn = self.idle.pop()
-                if not conn.closed:
-                    return conn
-                self.open.remove(conn)
-            if len(self.open) + self.connecting < self.size:
-                self.connecting += 1
-                try:
-                    conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-                finally:
-                    self.connecting -= 1
-                self.open.append(conn)
-                return conn
-            waiter = asyncio.get_running_loop().create_future()
-            self.waiters.append(waiter)
-            await waiter
-
-    def put(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        if conn.closed or getattr(conn, "broken", False):
-            if conn in self.open:
-                self.open.remove(conn)
-            if not conn.closed:
-                conn.pgconn.finish()
-        else:
-            self.idle.append(conn)
-        while self.waiters:
-            waiter = self.waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                break
-
-    def discard_idle(self) -> None:
-        for conn in self.idle:
-            self.open.remove(conn)
-            conn.pgconn.finish()
-        self.idle.clear()
-
-    def finish(self) -> None:
-        """Close every connection at once, without their loop (libpq's ``PQfinish``)."""
-        for conn in self.open:
-            if not conn.closed:
-                conn.pgconn.finish()
-        self.open.clear()
-        self.idle.clear()
-
-    async def aclose(self) -> None:
-        for conn in self.open:
-            await conn.close()
-        self.open.clear()
-        self.idle.clear()
 
 
 class PostgresCheckpointer(PostgresScripts, Checkpointer):
@@ -242,45 +143,27 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         max_connections: int = 4,
         cache_size: int = 64,
         read_only: bool = False,
-        **kwargs: Any,
+        **kwargs: Unpack[CheckpointerSettings],
     ) -> None:
         super().__init__(cache_size=cache_size, **kwargs)
         if conninfo is not None and pool is not None:
             raise ValueError("Pass either conninfo or pool, not both.")
         self._schema = schema
         self._read_only = read_only
-        self._names = {
-            "threads": sql.Identifier(schema, "haystack_state_threads"),
-            "checkpoints": sql.Identifier(schema, "haystack_state_checkpoints"),
-            "leases": sql.Identifier(schema, "haystack_state_leases"),
-            "migrations": sql.Identifier(schema, "haystack_state_migrations"),
-        }
-        self._queries: dict[str, sql.Composed] = {}
+        self._templates = Templates(
+            schema,
+            {
+                "threads": "haystack_state_threads",
+                "checkpoints": "haystack_state_checkpoints",
+                "leases": "haystack_state_leases",
+                "migrations": "haystack_state_migrations",
+            },
+        )
         self._owns_pool = pool is None
         self._conninfo = conninfo
         self._max_connections = max_connections
         self._io_lock = threading.Lock()
         self._aconns: dict[int, _LoopConnections] = {}
-        self._scripts: dict[type, Callable[[Any], Script]] = {
-            ops.Insert: self._insert,
-            ops.ReadHead: self._read_head,
-            ops.ReadMeta: self._read_meta,
-            ops.OpenThread: self._open_thread,
-            ops.ReadChain: self._read_chain,
-            ops.ReadHistory: self._read_history,
-            ops.ReadThreads: self._read_threads,
-            ops.DeleteThread: self._delete,
-            ops.ReadPruneCandidates: self._prune_candidates,
-            ops.SetSnapshot: self._set_snapshot,
-            ops.DeleteCheckpoints: self._delete_checkpoints,
-            ops.SetTTL: self._set_ttl,
-            ops.AcquireLease: self._acquire,
-            ops.HoldThread: self._hold,
-            ops.RenewLease: self._renew,
-            ops.ReleaseLease: self._release,
-            ops.ReadLease: self._read_lease,
-            ops.RequestStop: self._request_stop,
-        }
         if pool is None:
             self._dsn = (conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo) or ""
             if read_only:
@@ -288,9 +171,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
             # Connect once directly first: a wrong conninfo fails at once instead of after the pool's timeout.
             with psycopg.connect(self._dsn, autocommit=True) as conn:
                 self._prepare(conn)
-            self._pool = ConnectionPool(
-                self._dsn, min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
-            )
+            self._pool = open_pool(self._dsn, max_connections)
         else:
             self._dsn = pool.conninfo
             self._pool = pool
@@ -300,14 +181,11 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
     # --- connections and scripts --------------------------------------------------------------------------------
 
     def _q(self, template: str) -> sql.Composed:
-        query = self._queries.get(template)
-        if query is None:
-            query = self._queries[template] = sql.SQL(template).format(**self._names)
-        return query
+        return self._templates(template)
 
-    def _execute(self, op: ops.Op) -> Any:
+    def _execute(self, op: ops.Op) -> object:
         for attempt in (1, 2):
-            state = _Attempt()
+            state = Attempt()
             try:
                 with self._pool.connection() as conn:
                     state.conn = conn
@@ -320,7 +198,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
                     return None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _aexecute(self, op: ops.Op) -> Any:
+    async def _aexecute(self, op: ops.Op) -> object:
         connections = self._async_connections()
         if isinstance(op, ops.Insert) and self.appends(op):
             return await connections.appends.submit(op, lambda batch: self._append_batch(connections, batch))
@@ -335,7 +213,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         full script, which reports why; after a failure of the batch, each is looked up and run again if missing).
         """
         conn = await connections.get()
-        state = _Attempt()
+        state = Attempt()
         state.conn = conn
         applied: set[tuple[str, str]] = set()
         failed: BaseException | None = None
@@ -394,9 +272,9 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
                 results.append(Failed(error))
         return results
 
-    async def _aexecute_alone(self, connections: _LoopConnections, op: ops.Op) -> Any:
+    async def _aexecute_alone(self, connections: _LoopConnections, op: ops.Op) -> object:
         for attempt in (1, 2):
-            state = _Attempt()
+            state = Attempt()
             conn = await connections.get()
             try:
                 state.conn = conn
@@ -439,73 +317,11 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         with self._pool.connection() as conn:
             return conn.execute(query, (op.row.thread_id, op.row.checkpoint_id)).fetchone() is not None
 
-    def _run(self, conn: psycopg.Connection[Any], op: ops.Op, state: _Attempt) -> Any:
-        script = self._scripts[type(op)](op)
-        write = isinstance(op, ops.WRITES)
-        opened = False  # whether BEGIN was sent: a write's first statement may run alone (autocommit)
-        result: Any = None
-        try:
-            while True:
-                try:
-                    stmt = script.send(result)
-                except StopIteration as stop:
-                    value = stop.value
-                    break
-                if write and not opened:
-                    if (stmt[0] if isinstance(stmt, tuple) else stmt).alone:
-                        state.committing = True  # applied as soon as it runs: its outcome is unknown if the link dies
-                    else:
-                        conn.execute("BEGIN")
-                        opened, state.committing = True, False
-                if isinstance(stmt, tuple):
-                    with conn.pipeline():
-                        cursors = [conn.execute(one.query, one.params) for one in stmt]
-                    result = tuple(_fetch(cursor, one) for cursor, one in zip(cursors, stmt, strict=True))
-                else:
-                    result = _fetch(conn.execute(stmt.query, stmt.params), stmt)
-                state.committing = False
-        except BaseException:
-            if opened and not state.dead():
-                conn.execute("ROLLBACK")
-            raise
-        if opened:
-            state.committing = True
-            conn.execute("COMMIT")
-        return value
+    def _run(self, conn: psycopg.Connection[Any], op: ops.Op, state: Attempt) -> object:
+        return run_script(conn, self._handlers[type(op)](op), write=isinstance(op, ops.WRITES), state=state)
 
-    async def _arun(self, conn: psycopg.AsyncConnection[Any], op: ops.Op, state: _Attempt) -> Any:
-        script = self._scripts[type(op)](op)
-        write = isinstance(op, ops.WRITES)
-        opened = False  # whether BEGIN was sent: a write's first statement may run alone (autocommit)
-        result: Any = None
-        try:
-            while True:
-                try:
-                    stmt = script.send(result)
-                except StopIteration as stop:
-                    value = stop.value
-                    break
-                if write and not opened:
-                    if (stmt[0] if isinstance(stmt, tuple) else stmt).alone:
-                        state.committing = True  # applied as soon as it runs: its outcome is unknown if the link dies
-                    else:
-                        await conn.execute("BEGIN")
-                        opened, state.committing = True, False
-                if isinstance(stmt, tuple):
-                    async with conn.pipeline():
-                        acursors = [await conn.execute(one.query, one.params) for one in stmt]
-                    result = tuple([await _afetch(cursor, one) for cursor, one in zip(acursors, stmt, strict=True)])
-                else:
-                    result = await _afetch(await conn.execute(stmt.query, stmt.params), stmt)
-                state.committing = False
-        except BaseException:
-            if opened and not state.dead():
-                await conn.execute("ROLLBACK")
-            raise
-        if opened:
-            state.committing = True
-            await conn.execute("COMMIT")
-        return value
+    async def _arun(self, conn: psycopg.AsyncConnection[Any], op: ops.Op, state: Attempt) -> object:
+        return await arun_script(conn, self._handlers[type(op)](op), write=isinstance(op, ops.WRITES), state=state)
 
     async def _aclose(self) -> None:
         with self._io_lock:
@@ -544,7 +360,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
             )
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        """Apply the pending migrations (see :func:`haystack_state.migrations.migrate_postgres`)."""
+        """Apply the pending migrations (see :func:`haystack_state.db.migrations.migrate_postgres`)."""
         schema = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
         migrate_postgres(conn, f"haystack_state:{self._schema}", schema, self._q, MIGRATIONS, self._newer_schema)
 
@@ -571,15 +387,8 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         params: dict[str, Any] = {"schema": self._schema, "max_connections": self._max_connections}
         if self._read_only:
             params["read_only"] = True
-        if isinstance(self._conninfo, Secret):
-            params["conninfo"] = self._conninfo.to_dict()
-        elif self._conninfo is not None:
-            if "password" in psycopg.conninfo.conninfo_to_dict(self._conninfo):
-                raise SerializationError(
-                    "This PostgresCheckpointer's conninfo holds a password, which would be written in clear; pass "
-                    "it as Secret.from_env_var('PG_DSN') instead."
-                )
-            params["conninfo"] = self._conninfo
+        if self._conninfo is not None:
+            params["conninfo"] = conninfo_parameter(self._conninfo, "PostgresCheckpointer")
         return {**params, **self._common_parameters()}
 
     @classmethod
@@ -590,10 +399,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         :param params: The parameters.
         :returns: The checkpointer.
         """
-        params = dict(params)
-        if isinstance(params.get("conninfo"), dict):
-            params["conninfo"] = Secret.from_dict(params["conninfo"])
-        return cls(**params)
+        return cls(**secret_conninfo(params))
 
     @contextmanager
     def _raw_connection(self) -> Iterator[psycopg.Connection[Any]]:

@@ -6,21 +6,28 @@ run the same script.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
-from collections.abc import Generator
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg import sql
 
+from haystack_state.db.postgres import ALL, COUNT, ONE, Script, Stmt
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, ThreadNotFoundError
 from haystack_state.persistence import ops
 from haystack_state.persistence.base import check_commit, conflict_error
 from haystack_state.persistence.leases import busy_error
-from haystack_state.persistence.records import ChainLink, StoredCheckpoint, ThreadInfo, parse_row, string_list_json
+from haystack_state.persistence.records import (
+    ChainLink,
+    LeaseHolder,
+    StoredCheckpoint,
+    ThreadInfo,
+    parse_row,
+    string_list_json,
+)
 
-__all__ = ["ALL", "COUNT", "NONE", "ONE", "PostgresScripts", "Script", "Stmt"]
+__all__ = ["PostgresScripts"]
 
 _META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
 # The usual commits (see PostgresScripts.appends) of one run or of several, in one statement, their rows given as one
@@ -64,25 +71,6 @@ _ACQUIRE = (
     "stop_requested = false WHERE l.owner = excluded.owner OR l.expires_at <= %(now)s RETURNING 1"
 )
 _VISIBLE = "(expires_at IS NULL OR expires_at > %(now)s)"
-ONE, ALL, COUNT, NONE = "one", "all", "count", "none"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Stmt:
-    """
-    One SQL statement of a script, and what its result is: ``one`` row, ``all`` rows, a row ``count``, nothing.
-    ``alone``: the statement may run as a transaction of its own (one round trip) when it is the first of its script.
-    """
-
-    query: sql.Composed
-    params: Any
-    fetch: str = NONE
-    alone: bool = False
-
-
-#: A script yields a statement, or a tuple of them to send together in one round trip (each statement of a write
-#: must then be ``alone``; they run as one implicit transaction) and receive a tuple of their results.
-Script = Generator[Stmt | tuple[Stmt, ...], Any, Any]
 
 
 def _epoch(moment: dt.datetime) -> float:
@@ -247,7 +235,7 @@ class PostgresScripts:
         )
         params = {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "now": _epoch(op.now)}
         found = yield Stmt(query, params, ONE)
-        holder = (found[0], _from_epoch(found[1])) if found[0] is not None else None
+        holder = LeaseHolder(found[0], _from_epoch(found[1])) if found[0] is not None else None
         if found[-1] is None:
             return holder, None
         if found[3] is None:  # no such row: a checkpoint not in the thread (or a head whose row is gone)
@@ -366,7 +354,7 @@ class PostgresScripts:
             if taken is not None:
                 return None, (str(found[0]) if found[0] is not None else None)
             if found[1] is not None:
-                return (found[1], _from_epoch(found[2])), None
+                return LeaseHolder(found[1], _from_epoch(found[2])), None
         raise CheckpointError(f"Thread '{op.thread_id}': the lease could not be acquired (it kept changing hands).")
 
     def _renew(self, op: ops.RenewLease) -> Script:
@@ -394,14 +382,14 @@ class PostgresScripts:
 
     def _read_lease(self, op: ops.ReadLease) -> Script:
         found = yield Stmt(self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s"), (op.thread_id,), ONE)
-        return (found[0], _from_epoch(found[1])) if found is not None else None
+        return LeaseHolder(found[0], _from_epoch(found[1])) if found is not None else None
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
     return value.astimezone(dt.UTC)
 
 
-def _row(found: Any) -> StoredCheckpoint:
+def _row(found: Sequence[Any]) -> StoredCheckpoint:
     return parse_row(
         found[0], found[1], found[2], found[3], found[4], found[5], found[6], found[7], found[8], tuple(found[9:])
     )

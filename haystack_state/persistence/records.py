@@ -8,7 +8,7 @@ import dataclasses
 import datetime as dt
 import functools
 import json
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from haystack_state.errors import CheckpointError
 from haystack_state.text import repaired
@@ -157,6 +157,66 @@ class PruneResult:
     threads_skipped: list[str]
 
 
+class CheckpointMetadata(TypedDict, total=False):
+    """
+    What an Agent's run writes in a checkpoint's metadata (``Checkpointer.commit(metadata=...)``); every field is
+    optional, a caller may add others, and the stored JSON is exactly this dict (its format does not change).
+
+    :param run_step: The model calls the run had made when it committed this checkpoint.
+    :param run_start: The agent step the run started at.
+    :param run_id: The id of the run (the server's), when it has one.
+    :param usage: The run's token usage so far, as the chat generator reported it.
+    :param tool_call_counts: How many times the run called each tool (only tools called at least once).
+    :param continues: The run was not finished at this checkpoint (a later run on the thread continues it).
+    :param interrupted: The run stopped here waiting for a human (``Agent.resume``); retention keeps such a
+        checkpoint.
+    :param pending: The ids of the tool calls waiting for a human.
+    :param interrupts: The requests a human must answer, JSON-ready (``ThreadSnapshot.interrupts``).
+    :param answers: The answers to ``interrupt()`` calls given so far, per tool call id.
+    :param loaded: The ``"scope": "loaded"`` state keys computed since the previous checkpoint.
+    :param retries: The model and tool calls retried since the previous checkpoint, one record each (attempts,
+        errors, whether the last attempt succeeded).
+    :param stopped: Why the run stopped on an error (at most 500 characters).
+    :param context_summary: What a context policy's summary covers.
+    """
+
+    run_step: int
+    run_start: int
+    run_id: str
+    usage: dict[str, object]
+    tool_call_counts: dict[str, int]
+    continues: bool
+    interrupted: bool
+    pending: list[str]
+    interrupts: list[dict[str, object]]
+    answers: dict[str, list[object]]
+    loaded: list[str]
+    retries: list[dict[str, object]]
+    stopped: str
+    context_summary: object
+
+
+class CheckpointerSettings(TypedDict, total=False):
+    """The settings every checkpointer takes (see :class:`~haystack_state.persistence.base.Checkpointer`)."""
+
+    lease_ttl: float
+    thread_ttl: float | None
+    snapshot_min_bytes: int
+    snapshot_ratio: float
+
+
+class LeaseHolder(NamedTuple):
+    """
+    Who holds a thread's lease, as a backend reads it (a tuple: ``owner, expires = holder`` works).
+
+    :param owner: The lease's owner.
+    :param expires: When it expires unless renewed (timezone-aware, UTC).
+    """
+
+    owner: str
+    expires: dt.datetime
+
+
 @dataclasses.dataclass(frozen=True)
 class Lease:
     """
@@ -174,7 +234,7 @@ class Lease:
     stop_requested: bool = False
 
 
-def check_thread_id(thread_id: Any) -> str:
+def check_thread_id(thread_id: object) -> str:
     """
     Check a thread id: a non-empty ``str`` of at most :data:`MAX_THREAD_ID` characters (and
     :data:`MAX_THREAD_ID_BYTES` bytes of UTF-8) that every backend stores the same way (no NUL character, no lone
@@ -197,7 +257,7 @@ def check_thread_id(thread_id: Any) -> str:
     return thread_id
 
 
-def valid_checkpoint_id(checkpoint_id: Any) -> bool:
+def valid_checkpoint_id(checkpoint_id: object) -> bool:
     """
     Whether a checkpoint id could exist: a non-empty string of at most 100 characters without NUL or lone
     surrogates. Any other id names no checkpoint (a read of it is a ``CheckpointNotFoundError``).
@@ -225,15 +285,15 @@ def _shown(text: str) -> str:
 
 
 def parse_row(
-    thread_id: Any,
-    checkpoint_id: Any,
-    parent_id: Any,
-    step: Any,
-    source: Any,
-    tool_names: Any,
-    created_at: Any,
-    changed_keys: Any,
-    metadata: Any,
+    thread_id: str,
+    checkpoint_id: object,
+    parent_id: object,
+    step: object,
+    source: object,
+    tool_names: object,
+    created_at: object,
+    changed_keys: object,
+    metadata: object,
     extra: tuple[Any, ...] = (),
 ) -> StoredCheckpoint:
     """
@@ -247,7 +307,7 @@ def parse_row(
     :raises CheckpointError: Naming the thread, the checkpoint and the field, if a field is corrupt.
     """
 
-    def corrupt(field: str, value: Any, expected: str) -> CheckpointError:
+    def corrupt(field: str, value: object, expected: str) -> CheckpointError:
         return CheckpointError(
             f"Thread '{thread_id}', checkpoint '{checkpoint_id}': the stored record is corrupt: field '{field}' "
             f"should be {expected}, got {_shown(repr(value))}."
@@ -303,7 +363,7 @@ def _string_list(text: Any, thread_id: Any, checkpoint_id: str, what: str) -> tu
     return tuple(repaired(items, text, thread_id=thread_id, checkpoint_id=checkpoint_id, what=what))
 
 
-def _utc_time(value: Any) -> dt.datetime | None:
+def _utc_time(value: object) -> dt.datetime | None:
     if isinstance(value, dt.datetime):
         moment = value
     elif isinstance(value, str):

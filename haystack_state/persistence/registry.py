@@ -126,7 +126,7 @@ def _make_adapter(cls: type, name: str) -> TypeAdapter:
     if dataclasses.is_dataclass(cls):
         init_fields = [f.name for f in dataclasses.fields(cls) if f.init]
 
-        def dataclass_fields(obj: Any) -> dict[str, Any]:
+        def dataclass_fields(obj: object) -> dict[str, Any]:
             return {field: getattr(obj, field) for field in init_fields}
 
         return TypeAdapter(name, cls, dataclass_fields, lambda data: cls(**data))

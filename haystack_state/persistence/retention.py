@@ -12,22 +12,22 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from haystack_state.errors import HaystackStateError, ThreadBusyError, ThreadNotFoundError
 from haystack_state.persistence import ops
 from haystack_state.persistence.chain import check_chain, compose_chain, encoded_values
 from haystack_state.persistence.codec import from_json, to_json
 from haystack_state.persistence.delta import utc_now
-from haystack_state.persistence.records import PruneResult, StoredCheckpoint, check_thread_id
+from haystack_state.persistence.records import CheckpointMetadata, PruneResult, StoredCheckpoint, check_thread_id
 
 if TYPE_CHECKING:
     from haystack_state.persistence.base import Checkpointer, Flow
 
-__all__ = ["prune_flow", "removable", "ttl_seconds"]
+__all__ = ["prune_flow", "removable", "stored_metadata", "ttl_seconds"]
 
 
-def ttl_seconds(ttl: Any) -> float | None:
+def ttl_seconds(ttl: object) -> float | None:
     """
     A time to live as seconds.
 
@@ -42,14 +42,23 @@ def ttl_seconds(ttl: Any) -> float | None:
     return float(seconds)
 
 
-def _is_interrupted(row: StoredCheckpoint) -> bool:
-    if '"interrupted"' not in row.metadata:
-        return False
+def stored_metadata(row: StoredCheckpoint) -> CheckpointMetadata | None:
+    """
+    A row's metadata as stored (its JSON parsed, values not decoded), or None if it is not a JSON object.
+
+    :param row: The row.
+    """
     try:
         metadata = from_json(row.metadata)
     except ValueError:
-        return True  # unreadable: keep it, reading it reports the problem
-    return isinstance(metadata, dict) and bool(metadata.get("interrupted"))
+        return None
+    return cast(CheckpointMetadata, metadata) if isinstance(metadata, dict) else None
+
+
+def _is_interrupted(row: StoredCheckpoint) -> bool:
+    """Whether a checkpoint waits for a human (an unreadable one counts: reading it reports the problem)."""
+    metadata = stored_metadata(row)
+    return metadata is None or bool(metadata.get("interrupted"))
 
 
 def removable(

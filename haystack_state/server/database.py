@@ -11,7 +11,7 @@ The event loop reaches the tables through :meth:`Database.run`. On SQLite it run
 the checkpointer runs its short operations (see :mod:`haystack_state.persistence.sqlite`): a point read or a
 one-row write takes tens of microseconds, less than a hop to a worker thread and back. Work that would wait for
 the file's lock (another writer, of this process or another, holds it) goes to a worker thread instead, before it
-has written anything. Both share the file's write lock (:class:`~haystack_state.persistence.sqlite.SQLiteFile`),
+has written anything. Both share the file's write lock (:class:`~haystack_state.db.sqlite.SQLiteFile`),
 so the process's writers queue on it instead of sleeping in SQLite's busy handler. On PostgreSQL the work runs in
 a worker thread (a round trip over the network must not hold the loop).
 """
@@ -25,19 +25,30 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from haystack.utils import Secret
 
-from haystack_state.errors import CheckpointError
+from haystack_state.db.errors import UniqueViolation, unique_violation
+from haystack_state.db.sqlite import SQLitePool, WouldBlock, lenient_read
+from haystack_state.db.sqlite import transaction as sqlite_transaction
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.memory import InMemoryCheckpointer
-from haystack_state.persistence.sqlite import SQLiteCheckpointer, SQLiteFile, WouldBlock, is_busy
-from haystack_state.persistence.sqlite import transaction as sqlite_transaction
-from haystack_state.text import lenient_text
+from haystack_state.persistence.sqlite import SQLiteCheckpointer
 
-__all__ = ["Database", "PostgresDatabase", "SQLiteDatabase", "UniqueViolation", "database_for"]
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = [
+    "Database",
+    "PostgresDatabase",
+    "SQLiteDatabase",
+    "UniqueViolation",
+    "database_for",
+    "postgres_schema",
+    "postgres_settings",
+]
 
 TABLES = {
     "threads": "haystack_state_server_threads",
@@ -49,10 +60,6 @@ _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 T = TypeVar("T")
-
-
-class UniqueViolation(CheckpointError):
-    """A write broke a unique constraint (for example a second running run on one thread)."""
 
 
 class Cursor(abc.ABC):
@@ -115,30 +122,23 @@ class Database(abc.ABC):
 
 
 class _SQLiteCursor(Cursor):
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, inline: bool = False) -> None:
         self.conn = conn
+        self.inline = inline  # (a read outside a transaction: a locked database is WouldBlock)
 
-    def rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        sql = _sqlite_sql(query)
-        try:
-            return self.conn.execute(sql, params or {}).fetchall()
-        except sqlite3.OperationalError as error:
-            if "Could not decode to UTF-8" not in str(error):
-                raise
-        # A cell that is not valid UTF-8 (another program wrote it): read again, its bad bytes as escapes that the
-        # thread records read as U+FFFD, with a warning naming the thread.
-        self.conn.text_factory = lenient_text
-        try:
-            return self.conn.execute(sql, params or {}).fetchall()
-        finally:
-            self.conn.text_factory = str
+    def rows(self, query: str, params: Mapping[str, object] | None = None) -> list[tuple[Any, ...]]:
+        return lenient_read(self.conn, self._fetch, _sqlite_sql(query), params or {}, inline=self.inline)
 
-    def change(self, query: str, params: Mapping[str, Any] | None = None) -> int:
+    def _fetch(self, sql: str, params: Mapping[str, object]) -> list[tuple[Any, ...]]:
+        return self.conn.execute(sql, params).fetchall()
+
+    def change(self, query: str, params: Mapping[str, object] | None = None) -> int:
         try:
             return int(self.conn.execute(_sqlite_sql(query), params or {}).rowcount)
         except sqlite3.IntegrityError as error:
-            if "UNIQUE" in str(error):
-                raise UniqueViolation(str(error)) from error
+            violation = unique_violation(error)
+            if violation is not None:
+                raise violation from error
             raise
 
 
@@ -162,22 +162,9 @@ class SQLiteDatabase(Database):
     def __init__(self, path: str, *, timeout: float = 30.0) -> None:
         self.path = path
         self._timeout = timeout
-        self._lock = threading.Lock()
-        self._idle: list[sqlite3.Connection] = []
-        self._inline_idle: list[sqlite3.Connection] = []  # for inline work: they never wait for a lock
-        self._all: list[sqlite3.Connection] = []
-        self._single = threading.Lock() if path == ":memory:" else None
-        self._file = SQLiteFile.of(path)
+        self._connections = SQLitePool(path, timeout=timeout, wal=True)
+        self._file = self._connections.file
         self._inline = _Inline()
-
-    def _open(self, inline: bool) -> sqlite3.Connection:
-        timeout = 0.0 if inline else self._timeout
-        conn = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        if inline:
-            conn.execute("PRAGMA wal_autocheckpoint=0")  # a background thread checkpoints (SQLiteFile)
-        return conn
 
     async def run(self, work: Callable[[], T]) -> T:
         """
@@ -203,33 +190,8 @@ class SQLiteDatabase(Database):
         """
         state = self._inline
         inline = state.active and not state.wrote
-        if self._single is not None and not self._single.acquire(blocking=not inline):
-            raise WouldBlock
-        lock = self._file.write_lock if write else None
-        try:
-            if lock is not None and not lock.acquire(blocking=not inline):
-                raise WouldBlock
-            try:
-                idle = self._inline_idle if inline and self._single is None else self._idle
-                with self._lock:
-                    conn = idle.pop() if idle else None
-                if conn is None:
-                    conn = self._open(inline and self._single is None)
-                    with self._lock:
-                        self._all.append(conn)
-                try:
-                    yield conn, inline
-                finally:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    with self._lock:
-                        idle.append(conn)
-            finally:
-                if lock is not None:
-                    lock.release()
-        finally:
-            if self._single is not None:
-                self._single.release()
+        with self._connections.connection(inline=inline, write=write) as conn:
+            yield conn, inline
 
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Cursor]:
@@ -244,24 +206,16 @@ class SQLiteDatabase(Database):
             if inline:
                 self._file.wrote_inline()
 
-    def read(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    def read(self, query: str, params: Mapping[str, object] | None = None) -> list[tuple[Any, ...]]:
         with self._connection(write=False) as (conn, inline):
-            try:
-                return _SQLiteCursor(conn).rows(query, params)
-            except sqlite3.OperationalError as error:
-                if inline and is_busy(error):
-                    raise WouldBlock from error
-                raise
+            return _SQLiteCursor(conn, inline).rows(query, params)
 
     def close(self) -> None:
-        with self._lock:
-            connections, self._all, self._idle, self._inline_idle = self._all, [], [], []
-        for conn in connections:
-            conn.close()
+        self._connections.close()
 
 
 class _PostgresCursor(Cursor):
-    def __init__(self, conn: Any, tables: Mapping[str, str]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], tables: Mapping[str, str]) -> None:
         self.conn = conn
         self.tables = tables
 
@@ -277,7 +231,7 @@ class _PostgresCursor(Cursor):
         try:
             return int(self.conn.execute(self._sql(query), dict(params or {})).rowcount)
         except psycopg.errors.UniqueViolation as error:
-            raise UniqueViolation(str(error).splitlines()[0]) from error
+            raise unique_violation(error) or UniqueViolation(str(error)) from error
 
 
 class PostgresDatabase(Database):
@@ -294,7 +248,7 @@ class PostgresDatabase(Database):
 
     def __init__(self, conninfo: str, *, schema: str = "public", max_connections: int = 8) -> None:
         try:
-            from psycopg_pool import ConnectionPool
+            from haystack_state.db.postgres import open_pool
         except ImportError as error:  # pragma: no cover - depends on the installed extras
             raise ImportError(
                 'The server on PostgreSQL needs the postgres extra: pip install "haystack-state[postgres,server]"'
@@ -306,9 +260,7 @@ class PostgresDatabase(Database):
         #: The ``LISTEN``/``NOTIFY`` channel of this schema's workers.
         self.channel = notify_channel(schema)
         self._tables = {key: f'"{schema}".{name}' for key, name in TABLES.items()}
-        self._pool = ConnectionPool(
-            conninfo, min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
-        )
+        self._pool = open_pool(conninfo, max_connections)
 
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Cursor]:
@@ -374,7 +326,7 @@ def database_for(checkpointer: Checkpointer, database: str | None = None) -> Dat
     """
     if database is not None:
         if database.startswith(("postgresql://", "postgres://")):
-            return PostgresDatabase(database, schema=_postgres_schema(checkpointer))
+            return PostgresDatabase(database, schema=postgres_schema(checkpointer))
         return SQLiteDatabase(database)
     if isinstance(checkpointer, InMemoryCheckpointer):
         return SQLiteDatabase(":memory:")
@@ -382,24 +334,38 @@ def database_for(checkpointer: Checkpointer, database: str | None = None) -> Dat
         params = checkpointer.init_parameters()
         return SQLiteDatabase(str(params["path"]), timeout=float(params.get("timeout", 30.0)))
     if type(checkpointer).__name__ == "PostgresCheckpointer":
-        try:
-            params = checkpointer.init_parameters()
-        except Exception as error:
-            raise ValueError(
-                f"The server cannot find the database of this PostgresCheckpointer ({error}). Pass "
-                "create_app(..., database='postgresql://...') naming the same database."
-            ) from error
-        conninfo = params.get("conninfo")
-        if isinstance(conninfo, dict):
-            conninfo = Secret.from_dict(conninfo).resolve_value()
-        return PostgresDatabase(str(conninfo or ""), schema=str(params.get("schema", "public")))
+        conninfo, schema = postgres_settings(
+            checkpointer, "", "create_app(..., database='postgresql://...') naming the same database"
+        )
+        return PostgresDatabase(conninfo, schema=schema)
     raise ValueError(
         f"The server keeps its tables in the checkpointer's database and cannot use a {type(checkpointer).__name__}; "
         "pass create_app(..., database='threads.db' or 'postgresql://...')."
     )
 
 
-def _postgres_schema(checkpointer: Checkpointer) -> str:
+def postgres_settings(checkpointer: Checkpointer, purpose: str, fix: str) -> tuple[str, str]:
+    """
+    The conninfo and schema of a PostgreSQL checkpointer, from its settings (a ``Secret`` resolved).
+
+    :param checkpointer: The checkpointer.
+    :param purpose: What the server needs them for, in the error (``" for its store"``, or ``""``).
+    :param fix: What to pass instead, in the error.
+    :raises ValueError: If its settings hide them (a pool, or a password in its conninfo).
+    """
+    try:
+        params = checkpointer.init_parameters()
+    except Exception as error:
+        raise ValueError(
+            f"The server cannot find the database of this PostgresCheckpointer{purpose} ({error}). Pass {fix}."
+        ) from error
+    conninfo = params.get("conninfo")
+    if isinstance(conninfo, dict):
+        conninfo = Secret.from_dict(conninfo).resolve_value()
+    return str(conninfo or ""), str(params.get("schema", "public"))
+
+
+def postgres_schema(checkpointer: Checkpointer) -> str:
     """The PostgreSQL checkpointer's schema, when its settings tell it ("public" otherwise)."""
     if type(checkpointer).__name__ != "PostgresCheckpointer":
         return "public"

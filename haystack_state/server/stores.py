@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from haystack.utils import Secret
-
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.memory import InMemoryCheckpointer
 from haystack_state.persistence.sqlite import SQLiteCheckpointer
+from haystack_state.server.database import postgres_schema, postgres_settings
 from haystack_state.store.base import Store
 from haystack_state.store.memory import InMemoryStore
 from haystack_state.store.sqlite import SQLiteStore
@@ -49,13 +48,7 @@ def store_for(checkpointer: Checkpointer, database: str | None = None) -> Store:
         if database.startswith(("postgresql://", "postgres://")):
             from haystack_state.store.postgres import PostgresStore
 
-            schema = "public"
-            if name == "PostgresCheckpointer":
-                try:
-                    schema = str(checkpointer.init_parameters().get("schema", "public"))
-                except Exception:  # settings hidden (a password): the default schema
-                    schema = "public"
-            return PostgresStore(database, schema=schema)
+            return PostgresStore(database, schema=postgres_schema(checkpointer))
         return SQLiteStore(database)
     if isinstance(checkpointer, InMemoryCheckpointer):
         return InMemoryStore()
@@ -66,15 +59,8 @@ def store_for(checkpointer: Checkpointer, database: str | None = None) -> Store:
     if name == "PostgresCheckpointer":
         from haystack_state.store.postgres import PostgresStore
 
-        try:
-            params = checkpointer.init_parameters()
-        except Exception as error:
-            raise ValueError(
-                f"The server cannot find the database of this PostgresCheckpointer for its store ({error}). Pass "
-                "create_app(..., store=PostgresStore(...)) or database='postgresql://...'."
-            ) from error
-        conninfo = params.get("conninfo")
-        if isinstance(conninfo, dict):
-            conninfo = Secret.from_dict(conninfo).resolve_value()
-        return PostgresStore(str(conninfo or ""), schema=str(params.get("schema", "public")))
+        conninfo, schema = postgres_settings(
+            checkpointer, " for its store", "create_app(..., store=PostgresStore(...)) or database='postgresql://...'"
+        )
+        return PostgresStore(conninfo, schema=schema)
     raise ValueError(f"The server cannot put a store beside a {name}; pass create_app(..., store=...).")

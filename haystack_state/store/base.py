@@ -268,7 +268,7 @@ class Store(FlowDriver):
     # --- the pair of methods a backend implements ---------------------------------------------------------------
 
     @abc.abstractmethod
-    def _execute(self, op: ops.Op) -> Any:
+    def _execute(self, op: ops.Op) -> object:
         """Execute one operation (one transaction) and return its result (see :mod:`~.ops`)."""
 
     def _close(self) -> None:
@@ -279,13 +279,13 @@ class Store(FlowDriver):
 
     # --- driving flows ------------------------------------------------------------------------------------------
 
-    def _step(self, op: ops.Op | _Embed) -> Any:
+    def _step(self, op: ops.Op | _Embed) -> object:
         if isinstance(op, _Embed):
             assert self._index is not None
             return self._index(op.texts)
         return self._execute(op)
 
-    async def _astep(self, op: ops.Op | _Embed) -> Any:
+    async def _astep(self, op: ops.Op | _Embed) -> object:
         if isinstance(op, _Embed):
             assert self._index is not None
             return await self._index.acall(op.texts)
@@ -320,7 +320,7 @@ class Store(FlowDriver):
             join_namespace(labels), key, text, "\\u0000" not in text, searchable, vector, seconds, time.time()
         )
 
-    def _get_flow(self, namespace: Any, key: Any, refresh_ttl: bool) -> Flow[Item | None]:
+    def _get_flow(self, namespace: object, key: object, refresh_ttl: bool) -> Flow[Item | None]:
         labels = check_namespace(namespace)
         key = check_key(key, labels)
         now = time.time()
@@ -331,14 +331,14 @@ class Store(FlowDriver):
             yield ops.Touch(((row.namespace, row.key),), now)
         return self._item(row)
 
-    def _delete_flow(self, namespace: Any, key: Any) -> Flow[bool]:
+    def _delete_flow(self, namespace: object, key: object) -> Flow[bool]:
         labels = check_namespace(namespace)
         key = check_key(key, labels)
         deleted: bool = yield ops.Delete(join_namespace(labels), key, time.time())
         return deleted
 
     def _search_flow(
-        self, prefix: Any, query: Any, filter: Any, limit: Any, offset: Any, refresh_ttl: bool
+        self, prefix: object, query: object, filter: object, limit: object, offset: object, refresh_ttl: bool
     ) -> Flow[list[Item]]:
         labels = check_prefix(prefix)
         conditions = check_filter(filter)
@@ -408,7 +408,7 @@ class Store(FlowDriver):
         return [(item, row) for _, item, row in scored] + unscored
 
     def _namespaces_flow(
-        self, prefix: Any, suffix: Any, max_depth: Any, limit: Any, offset: Any
+        self, prefix: object, suffix: object, max_depth: object, limit: object, offset: Any
     ) -> Flow[list[tuple[str, ...]]]:
         head = check_prefix(prefix, "prefix")
         tail = check_prefix(suffix, "suffix")

@@ -23,7 +23,7 @@ from haystack_state.errors import StoreError
 __all__ = ["Embedder", "index_from_dict"]
 
 
-def _is_component(obj: Any) -> bool:
+def _is_component(obj: object) -> bool:
     return hasattr(obj, "__haystack_input__") or (callable(getattr(obj, "run", None)) and not inspect.isfunction(obj))
 
 

@@ -22,16 +22,27 @@ from typing import Any
 try:
     import psycopg
     from psycopg import sql
-    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+    from psycopg_pool import AsyncConnectionPool
 except ImportError as _error:  # pragma: no cover - depends on the installed extras
     raise ImportError('PostgresStore needs the postgres extra: pip install "haystack-state[postgres]"') from _error
 
-from haystack.core.errors import SerializationError
 from haystack.utils import Secret
 
+from haystack_state._driver import run_flow, run_flow_async
+from haystack_state.db.migrations import migrate_postgres, postgres_version
+from haystack_state.db.postgres import (
+    ALL,
+    COUNT,
+    ONE,
+    Templates,
+    afetched,
+    conninfo_parameter,
+    fetched,
+    open_pool,
+    read_only_conninfo,
+    secret_conninfo,
+)
 from haystack_state.errors import StoreError
-from haystack_state.migrations import migrate_postgres, postgres_version
-from haystack_state.persistence.postgres import read_only_conninfo
 from haystack_state.store import ops
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
@@ -64,7 +75,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
 _VISIBLE = "(s.expires_at IS NULL OR s.expires_at > %(now)s)"
 _COLUMNS = "s.namespace, s.key, s.value, s.created_at, s.updated_at, s.ttl"
 _SIGNS = {"$eq": "=", "$ne": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
-ONE, ALL, COUNT = "one", "all", "count"
+#: A store script yields ``(template, params, fetch)`` (see :func:`~haystack_state.db.postgres.fetched`).
 Script = Generator[tuple[str, dict[str, Any], str], Any, Any]
 
 
@@ -138,11 +149,9 @@ class PostgresStore(Store):
         if not isinstance(dsn, str):
             raise ValueError("PostgresStore: conninfo must be a connection string or a Secret holding one.")
         self._dsn: str = read_only_conninfo(dsn) if read_only else dsn
-        self._names = {
-            "items": sql.Identifier(schema, "haystack_state_store"),
-            "migrations": sql.Identifier(schema, "haystack_state_store_migrations"),
-        }
-        self._queries: dict[str, sql.Composed] = {}
+        self._templates = Templates(
+            schema, {"items": "haystack_state_store", "migrations": "haystack_state_store_migrations"}
+        )
         self._lock = threading.Lock()
         self._apools: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncConnectionPool[Any]]] = {}
         self._scripts: dict[type, Callable[[Any], Script]] = {
@@ -162,9 +171,7 @@ class PostgresStore(Store):
                     self._migrate(conn)
         except psycopg.Error as error:
             raise StoreError(f"PostgresStore: cannot open the store in schema '{schema}': {error}") from error
-        self._pool = ConnectionPool(
-            self._dsn, min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True}
-        )
+        self._pool = open_pool(self._dsn, max_connections)
 
     # --- settings -----------------------------------------------------------------------------------------------
 
@@ -178,62 +185,33 @@ class PostgresStore(Store):
         params: dict[str, Any] = {"schema": self._schema, "max_connections": self._max_connections}
         if self._read_only:
             params["read_only"] = True
-        if isinstance(self._conninfo, Secret):
-            params["conninfo"] = self._conninfo.to_dict()
-        else:
-            if "password" in psycopg.conninfo.conninfo_to_dict(self._conninfo):
-                raise SerializationError(
-                    "This PostgresStore's conninfo holds a password, which would be written in clear; pass it as "
-                    "Secret.from_env_var('PG_DSN') instead."
-                )
-            params["conninfo"] = self._conninfo
+        params["conninfo"] = conninfo_parameter(self._conninfo, "PostgresStore")
         return {**params, **self._common_parameters()}
 
     @classmethod
     def from_init_parameters(cls, params: dict[str, Any]) -> PostgresStore:
         """Rebuild a store from :meth:`init_parameters` output."""
-        params = dict(params)
-        if isinstance(params.get("conninfo"), dict):
-            params["conninfo"] = Secret.from_dict(params["conninfo"])
-        return cls(**params)
+        return cls(**secret_conninfo(params))
 
     # --- running scripts ----------------------------------------------------------------------------------------
 
     def _q(self, template: str) -> sql.Composed:
-        query = self._queries.get(template)
-        if query is None:
-            query = self._queries[template] = sql.SQL(template).format(**self._names)
-        return query
+        return self._templates(template)
 
-    def _execute(self, op: ops.Op) -> Any:
+    def _execute(self, op: ops.Op) -> object:
         script = self._scripts[type(op)](op)
         with self._pool.connection() as conn, conn.transaction() if isinstance(op, ops.Touch) else _alone():
-            result: Any = None
-            while True:
-                try:
-                    template, params, fetch = script.send(result)
-                except StopIteration as stop:
-                    return stop.value
-                cursor = conn.execute(self._q(template), params)
-                result = cursor.fetchone() if fetch == ONE else cursor.fetchall() if fetch == ALL else cursor.rowcount
+            return run_flow(script, lambda stmt: fetched(conn.execute(self._q(stmt[0]), stmt[1]), stmt[2]))
 
-    async def _aexecute(self, op: ops.Op) -> Any:
+    async def _aexecute(self, op: ops.Op) -> object:
         script = self._scripts[type(op)](op)
         pool = await self._async_pool()
         async with pool.connection() as conn, conn.transaction() if isinstance(op, ops.Touch) else _aalone():
-            result: Any = None
-            while True:
-                try:
-                    template, params, fetch = script.send(result)
-                except StopIteration as stop:
-                    return stop.value
-                cursor = await conn.execute(self._q(template), params)
-                if fetch == ONE:
-                    result = await cursor.fetchone()
-                elif fetch == ALL:
-                    result = await cursor.fetchall()
-                else:
-                    result = cursor.rowcount
+
+            async def step(stmt: tuple[str, dict[str, object], str]) -> object:
+                return await afetched(await conn.execute(self._q(stmt[0]), stmt[1]), stmt[2])
+
+            return await run_flow_async(script, step)
 
     async def _async_pool(self) -> AsyncConnectionPool[Any]:
         loop = asyncio.get_running_loop()
@@ -271,7 +249,7 @@ class PostgresStore(Store):
         self._pool.close()
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        """Apply the pending migrations (see :func:`haystack_state.migrations.migrate_postgres`)."""
+        """Apply the pending migrations (see :func:`haystack_state.db.migrations.migrate_postgres`)."""
         schema = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
         migrate_postgres(conn, f"haystack_state_store:{self._schema}", schema, self._q, MIGRATIONS, self._newer_schema)
 

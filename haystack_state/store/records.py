@@ -86,7 +86,7 @@ class Row:
     vector: str | None = None
 
 
-def _label_problem(label: Any) -> str | None:
+def _label_problem(label: object) -> str | None:
     if not isinstance(label, str):
         return f"is a {type(label).__name__}, not a string"
     if not label:
@@ -102,7 +102,7 @@ def _label_problem(label: Any) -> str | None:
     return None
 
 
-def _labels(namespace: Any, what: str, *, allow_empty: bool) -> tuple[str, ...]:
+def _labels(namespace: object, what: str, *, allow_empty: bool) -> tuple[str, ...]:
     if isinstance(namespace, str) or not isinstance(namespace, Sequence):
         raise StoreInputError(
             f"The {what} {namespace!r} must be a tuple of strings, for example ('users', 'u1', 'memories')."
@@ -117,7 +117,7 @@ def _labels(namespace: Any, what: str, *, allow_empty: bool) -> tuple[str, ...]:
     return labels
 
 
-def check_namespace(namespace: Any) -> tuple[str, ...]:
+def check_namespace(namespace: object) -> tuple[str, ...]:
     """
     Check a namespace: a non-empty tuple (or list) of non-empty strings without '.' or NUL.
 
@@ -127,14 +127,14 @@ def check_namespace(namespace: Any) -> tuple[str, ...]:
     return _labels(namespace, "namespace", allow_empty=False)
 
 
-def check_prefix(prefix: Any, what: str = "namespace prefix") -> tuple[str, ...]:
+def check_prefix(prefix: object, what: str = "namespace prefix") -> tuple[str, ...]:
     """Check a namespace prefix or suffix (may be empty: every namespace)."""
     if prefix is None:
         return ()
     return _labels(prefix, what, allow_empty=True)
 
 
-def check_key(key: Any, namespace: tuple[str, ...]) -> str:
+def check_key(key: object, namespace: tuple[str, ...]) -> str:
     """
     Check a key: a non-empty string without NUL, at most ``MAX_KEY_LENGTH`` characters.
 
@@ -156,7 +156,7 @@ def check_key(key: Any, namespace: tuple[str, ...]) -> str:
     return key
 
 
-def encode_value(value: Any, namespace: tuple[str, ...], key: str) -> tuple[dict[str, Any], str]:
+def encode_value(value: object, namespace: tuple[str, ...], key: str) -> tuple[dict[str, Any], str]:
     """
     Check and encode a value: a dict with string keys, encodable by the checkpoint codec.
 
@@ -185,7 +185,7 @@ def encode_value(value: Any, namespace: tuple[str, ...], key: str) -> tuple[dict
         raise StoreInputError(f"{where[0].upper()}{where[1:]} is nested too deeply to store.") from None
 
 
-def check_ttl(ttl: Any, namespace: tuple[str, ...], key: str | None = None) -> float | None:
+def check_ttl(ttl: object, namespace: tuple[str, ...], key: str | None = None) -> float | None:
     """A TTL in seconds (or a timedelta), positive and finite, or None."""
     if ttl is None:
         return None

@@ -44,7 +44,7 @@ class Condition:
     operand: Any
 
 
-def check_filter(filter: Any) -> list[Condition]:
+def check_filter(filter: object) -> list[Condition]:
     """
     Check a filter: ``{"field": value}`` (equality) or ``{"field": {"$gt": value, ...}}`` with the operators
     ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, on the value's top-level fields.
@@ -76,11 +76,11 @@ def check_filter(filter: Any) -> list[Condition]:
     return conditions
 
 
-def _orderable(value: Any) -> bool:
+def _orderable(value: object) -> bool:
     return isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     try:

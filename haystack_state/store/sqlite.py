@@ -10,18 +10,15 @@ same operations on a small thread pool, so they never block the event loop (as t
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
+from haystack_state.db.migrations import SQLiteSchema
+from haystack_state.db.sqlite import SQLitePool, transaction
 from haystack_state.errors import StoreError
-from haystack_state.migrations import migrate_sqlite, sqlite_version
-from haystack_state.persistence.sqlite import connect_read_only
 from haystack_state.store import ops
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
@@ -92,7 +89,7 @@ class SQLiteStore(Store):
     :param path: The database file (created if missing; it may be a checkpointer's), or ``":memory:"``.
     :param timeout: How long a writer waits for another process's lock, in seconds.
     :param read_only: Open an existing file read-only (nothing is created or migrated; writes fail; see
-        :func:`~haystack_state.persistence.sqlite.connect_read_only`). It must hold this version's store tables.
+        :func:`~haystack_state.db.sqlite.connect_read_only`). It must hold this version's store tables.
     :param kwargs: The settings of :class:`~haystack_state.store.base.Store` (``index``, ``embedder``,
         ``default_ttl``).
     """
@@ -102,25 +99,8 @@ class SQLiteStore(Store):
         self._path = str(path)
         self._timeout = timeout
         self._read_only = read_only
-        self._pool_lock = threading.Lock()
-        self._write_lock = threading.Lock()
-        self._idle: list[sqlite3.Connection] = []
-        self._all: list[sqlite3.Connection] = []
-        self._single = threading.Lock() if self._path == ":memory:" else None
-        self._executor: ThreadPoolExecutor | None = None
-        try:
-            with self._connection() as conn:
-                if read_only:
-                    _check_version(conn, self._path)
-                else:
-                    conn.execute("PRAGMA journal_mode=WAL")
-                    _migrate(conn)
-        except sqlite3.DatabaseError as exc:
-            self._close()
-            raise StoreError(f"SQLiteStore: '{self._path}' cannot be used as a database: {exc}.") from exc
-        except BaseException:
-            self._close()
-            raise
+        self._connections = SQLitePool(self._path, timeout=timeout, read_only=read_only, threads="haystack-state-store")
+        SCHEMA.open(self._connections, read_only=read_only)
 
     def init_parameters(self) -> dict[str, Any]:
         """The file's path and the settings: what rebuilds this store on the same database."""
@@ -131,41 +111,13 @@ class SQLiteStore(Store):
 
     # --- connections --------------------------------------------------------------------------------------------
 
-    @contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
-        if self._single is not None:
-            self._single.acquire()
-        try:
-            with self._pool_lock:
-                conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                if self._read_only:
-                    conn = connect_read_only(self._path, timeout=self._timeout)
-                else:
-                    conn = sqlite3.connect(
-                        self._path, timeout=self._timeout, check_same_thread=False, isolation_level=None
-                    )
-                    conn.execute("PRAGMA synchronous=NORMAL")
-                with self._pool_lock:
-                    self._all.append(conn)
-            try:
-                yield conn
-            finally:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                with self._pool_lock:
-                    self._idle.append(conn)
-        finally:
-            if self._single is not None:
-                self._single.release()
+    def _connection(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._connections.connection()
 
-    def _execute(self, op: ops.Op) -> Any:
+    def _execute(self, op: ops.Op) -> object:
         if isinstance(op, ops.WRITES):
-            with self._write_lock, self._connection() as conn:
-                conn.execute("BEGIN IMMEDIATE")
-                result = self._write(conn, op)
-                conn.execute("COMMIT")
-                return result
+            with self._connections.connection(write=True) as conn, transaction(conn, "BEGIN IMMEDIATE", inline=False):
+                return self._write(conn, op)
         with self._connection() as conn:
             if isinstance(op, ops.Get):
                 found = conn.execute(
@@ -181,25 +133,15 @@ class SQLiteStore(Store):
             query = f"SELECT DISTINCT s.namespace FROM {ITEMS} AS s WHERE {where} AND {_VISIBLE} ORDER BY 1"
             return [found[0] for found in conn.execute(query, params)]
 
-    async def _aexecute(self, op: ops.Op) -> Any:
-        if self._executor is None:
-            with self._pool_lock:
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="haystack-state-store")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._execute, op)
+    async def _aexecute(self, op: ops.Op) -> object:
+        return await self._connections.in_thread(self._execute, op)
 
     def _close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-        with self._pool_lock:
-            connections, self._all, self._idle = self._all, [], []
-        for conn in connections:
-            conn.close()
+        self._connections.close()
 
     # --- operations ---------------------------------------------------------------------------------------------
 
-    def _write(self, conn: sqlite3.Connection, op: ops.Op) -> Any:
+    def _write(self, conn: sqlite3.Connection, op: ops.Op) -> object:
         if isinstance(op, ops.Put):
             (row_id,) = conn.execute(
                 f"INSERT INTO {ITEMS} AS s (namespace, key, value, plain, vector, created_at, updated_at, ttl, "
@@ -282,27 +224,13 @@ class SQLiteStore(Store):
             yield conn
 
 
-def _check_version(conn: sqlite3.Connection, path: str) -> None:
-    """For a read-only open: the file must hold this version's store tables (it cannot be migrated)."""
-    current = sqlite_version(conn, MIGRATIONS_TABLE)
-    if current == 0:
-        raise StoreError(
-            f"SQLiteStore: '{path}' holds no store (it has no {ITEMS} table); a read-only open creates none."
-        )
-    if current != len(MIGRATIONS):
-        raise StoreError(
-            f"SQLiteStore: '{path}' is at store schema version {current}, and this haystack-state reads version "
-            f"{len(MIGRATIONS)}; a read-only file cannot be migrated (open it once writable to migrate it)."
-        )
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Apply the pending migrations (see :func:`haystack_state.migrations.migrate_sqlite`)."""
-    migrate_sqlite(conn, MIGRATIONS_TABLE, MIGRATIONS, _newer_schema)
-
-
-def _newer_schema(current: int, supported: int) -> StoreError:
-    return StoreError(
-        f"The store's schema is at version {current}, newer than this haystack-state supports ({supported}); "
-        "upgrade haystack-state."
-    )
+#: The store's tables on SQLite: their migrations and the errors of a file it cannot use.
+SCHEMA = SQLiteSchema(
+    "SQLiteStore",
+    MIGRATIONS_TABLE,
+    MIGRATIONS,
+    StoreError,
+    subject="store schema",
+    newer_subject="The store's schema",
+    missing=f"SQLiteStore: '{{path}}' holds no store (it has no {ITEMS} table); a read-only open creates none.",
+)

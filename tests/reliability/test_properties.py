@@ -167,7 +167,8 @@ def edit(name: str, amount: int, reset_tags: bool, fail: bool, state: State) -> 
 def _tool_ops() -> st.SearchStrategy[tuple[Any, ...]]:
     emit_op = st.tuples(st.just("emit"), st.lists(ints, max_size=3), ints, words)
     # The model's text arguments: any text but NUL and lone surrogates, which the invoker refuses in arguments (an
-    # error result, tested in tests/invocation/test_invocation_hostile.py) since the provider would get them back every turn.
+    # error result, tested in tests/invocation/test_invocation_hostile.py) since the provider would get them back
+    # every turn.
     model_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=4)
     edit_op = st.tuples(st.just("edit"), model_text, ints, st.booleans(), st.booleans())
     return emit_op | edit_op

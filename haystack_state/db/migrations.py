@@ -6,12 +6,26 @@ A read-only open applies none: it reads the recorded version (:func:`sqlite_vers
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["migrate_postgres", "migrate_sqlite", "postgres_schemas_with", "postgres_version", "sqlite_version"]
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import sql
+
+    from haystack_state.db.sqlite import SQLitePool
+
+__all__ = [
+    "SQLiteSchema",
+    "migrate_postgres",
+    "migrate_sqlite",
+    "postgres_schemas_with",
+    "postgres_version",
+    "sqlite_version",
+]
 
 #: Builds the error for a database whose schema is newer than this code: ``(current, supported) -> error``.
 NewerError = Callable[[int, int], Exception]
@@ -48,10 +62,10 @@ def migrate_sqlite(
 
 
 def migrate_postgres(
-    conn: Any,
+    conn: psycopg.Connection[Any],
     lock: str,
-    schema_sql: Any,
-    q: Callable[[str], Any],
+    schema_sql: sql.Composed,
+    q: Callable[[str], sql.Composed],
     migrations: Sequence[Sequence[str]],
     newer: NewerError,
 ) -> None:
@@ -92,7 +106,9 @@ def sqlite_version(conn: sqlite3.Connection, table: str) -> int:
         return 0
 
 
-def postgres_version(conn: Any, schema: str, table: str, q: Callable[[str], Any]) -> int | None:
+def postgres_version(
+    conn: psycopg.Connection[Any], schema: str, table: str, q: Callable[[str], sql.Composed]
+) -> int | None:
     """
     The schema version recorded in ``schema``'s ``table``, read without writing: None if the schema does not exist,
     0 if it has no such table.
@@ -110,7 +126,7 @@ def postgres_version(conn: Any, schema: str, table: str, q: Callable[[str], Any]
     return 0
 
 
-def postgres_schemas_with(conn: Any, table: str) -> list[str]:
+def postgres_schemas_with(conn: psycopg.Connection[Any], table: str) -> list[str]:
     """
     The schemas of the database that hold a table of this name, sorted (to name the ones a mistyped schema meant).
 
@@ -120,3 +136,66 @@ def postgres_schemas_with(conn: Any, table: str) -> list[str]:
     return [
         row[0] for row in conn.execute("SELECT schemaname FROM pg_tables WHERE tablename = %s ORDER BY 1", (table,))
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class SQLiteSchema:
+    """
+    One table set's schema on SQLite (the checkpointer's, a store's): its migrations, and how its owner reports a
+    file it cannot use.
+
+    :param owner: The owner's class name, for the errors (``"SQLiteCheckpointer"``).
+    :param table: The table recording the applied versions.
+    :param migrations: The statements of each migration, in order (append-only).
+    :param error: The owner's error class.
+    :param subject: What the version is of, in ``is at {subject} version N`` (``"schema"``).
+    :param newer_subject: The subject of the error for a newer schema (``"The database schema"``).
+    :param missing: The error for a read-only file at version 0 (``{path}`` is replaced), or None to report it as
+        any other version.
+    """
+
+    owner: str
+    table: str
+    migrations: Sequence[Sequence[str]]
+    error: Callable[[str], Exception]
+    subject: str = "schema"
+    newer_subject: str = "The database schema"
+    missing: str | None = None
+
+    def open(self, pool: SQLitePool, *, read_only: bool) -> None:
+        """
+        Migrate the tables (WAL mode on), or for a read-only open check that they are at this version; on any error
+        close the pool's connections. A file that is not a database is reported naming it.
+        """
+        try:
+            with pool.connection() as conn:
+                if read_only:
+                    self.check(conn, pool.path)
+                else:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    migrate_sqlite(conn, self.table, self.migrations, self.newer)
+        except sqlite3.DatabaseError as exc:
+            pool.close()
+            raise self.error(f"{self.owner}: '{pool.path}' cannot be used as a database: {exc}.") from exc
+        except BaseException:
+            pool.close()
+            raise
+
+    def check(self, conn: sqlite3.Connection, path: str) -> None:
+        """For a read-only open: the file must hold this version's tables (it cannot be migrated)."""
+        current = sqlite_version(conn, self.table)
+        if current == 0 and self.missing is not None:
+            raise self.error(self.missing.format(path=path))
+        if current != len(self.migrations):
+            raise self.error(
+                f"{self.owner}: '{path}' is at {self.subject} version {current}, and this haystack-state reads "
+                f"version {len(self.migrations)}; a read-only file cannot be migrated (open it once writable to "
+                "migrate it)."
+            )
+
+    def newer(self, current: int, supported: int) -> Exception:
+        """The error for a schema newer than this code."""
+        return self.error(
+            f"{self.newer_subject} is at version {current}, newer than this haystack-state supports ({supported}); "
+            "upgrade haystack-state."
+        )
