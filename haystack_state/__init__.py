@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING, Any
 
 from haystack.core.serialization import allow_deserialization_module
 
-from haystack_state.agent import Agent
+from haystack_state.agent import Agent, Approve, Decision, Edit, InterruptRequest, Reject
 from haystack_state.agent.context import (
     ComposePolicies,
     ContextPlan,
@@ -56,7 +56,9 @@ from haystack_state.persistence import (
     Checkpoint,
     Checkpointer,
     CheckpointMeta,
+    CheckpointMetadata,
     InMemoryCheckpointer,
+    LeaseHolder,
     SQLiteCheckpointer,
     ThreadInfo,
     register_type,
@@ -79,6 +81,13 @@ allow_deserialization_module("haystack_state")
 recognize_our_state()
 
 __all__ = [
+    "Approve",
+    "Decision",
+    "Edit",
+    "InterruptRequest",
+    "Reject",
+    "CheckpointMetadata",
+    "LeaseHolder",
     "ReadOnlyStateKeyError",
     "RunContext",
     "ComposePolicies",

@@ -105,7 +105,7 @@ def _interrupts(meta: CheckpointMeta) -> list[dict[str, Any]]:
     return [{"id": str(i), "kind": "before", "call_id": i} for i in pending] if isinstance(pending, list) else []
 
 
-def _summary_json(value: Any) -> dict[str, Any] | None:
+def _summary_json(value: object) -> dict[str, Any] | None:
     """A ``context_summary`` value (a ContextSummary, or its JSON form) as JSON, or None."""
     text = getattr(value, "text", None)
     covers = getattr(value, "covers", None)

@@ -58,7 +58,7 @@ class ToolInterrupt(BaseException):
     :param source: Where it was raised: ``"tool"`` (the tool's body) or what the scope was opened for (``"hook"``).
     """
 
-    def __init__(self, value: Any, index: int, call_id: str | None, tool_name: str, source: str = "tool") -> None:
+    def __init__(self, value: object, index: int, call_id: str | None, tool_name: str, source: str = "tool") -> None:
         self.value = value
         self.index = index
         self.call_id = call_id
@@ -148,7 +148,7 @@ class _Entered:
         _SCOPE.reset(self.token)
 
 
-def interrupt(value: Any = None) -> Any:
+def interrupt(value: object = None) -> Any:
     """
     Ask a human, from inside a tool (sync or async) or a ``before_tool`` hook, and return the answer.
 

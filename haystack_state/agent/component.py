@@ -7,91 +7,35 @@ and tracing spans), with durable threads. The loop is written once (:mod:`haysta
 
 from __future__ import annotations
 
-import copy
-import inspect
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from haystack import component, default_from_dict, default_to_dict, logging
-from haystack.core.serialization import component_to_dict
-from haystack.dataclasses import ChatMessage, ToolCall
-from haystack.dataclasses.streaming_chunk import StreamingCallbackT, select_streaming_callback
+from haystack import component
+from haystack.dataclasses import ChatMessage
+from haystack.dataclasses.streaming_chunk import StreamingCallbackT
 from haystack.token_counters import TokenCounter
-from haystack.tools.serde_utils import deserialize_tools_or_toolset_inplace, serialize_tools_or_toolset
-from haystack.tools.toolset import Toolset
-from haystack.tools.utils import (
-    close_tools,
-    close_tools_async,
-    flatten_tools_or_toolsets,
-    warm_up_tools,
-    warm_up_tools_async,
-)
-from haystack.utils import deserialize_callable, serialize_callable
-from haystack.utils.deserialization import deserialize_component_inplace
+from haystack.tools.utils import warm_up_tools, warm_up_tools_async
 
-from haystack_state.agent.context import (
-    ContextPolicy,
-    ContextSummary,
-    policy_from_dict,
-    policy_to_dict,
-    policy_tools,
-)
-from haystack_state.agent.drive import Effects, accepts, drive, drive_async
-from haystack_state.agent.events import EventSink
-from haystack_state.agent.hooks import (
-    close_hooks,
-    close_hooks_async,
-    deserialize_hooks,
-    normalize_hooks,
-    serialize_hooks,
-    warm_up_hooks,
-    warm_up_hooks_async,
-)
-from haystack_state.agent.loop import (
-    RESERVED_INPUTS,
-    RESERVED_OUTPUTS,
-    LoopConfig,
-    RunControl,
-    RunRequest,
-    agent_loop,
-)
-from haystack_state.agent.prompts import PromptTemplates, RequiredVariables
-from haystack_state.agent.run_state import RUN_KEYS, resolved_schema
-from haystack_state.agent.session import ThreadSession, UnfinishedCalls, check_unfinished_calls
-from haystack_state.agent.streaming import RunOptions, StreamMethods, model_callback, runtime_tools
-from haystack_state.agent.thread_methods import ThreadMethods
-from haystack_state.agent.toolbox import Toolbox, ToolsArg, check_names, unknown_names
+from haystack_state.agent import agent_serde, lifecycle, streaming, thread_methods
+from haystack_state.agent.agent_setup import AgentSetup, check_limits, configure
+from haystack_state.agent.context import ContextPolicy
+from haystack_state.agent.continuation import UnfinishedCalls, check_unfinished_calls
+from haystack_state.agent.hooks import normalize_hooks
+from haystack_state.agent.prompts import RequiredVariables
+from haystack_state.agent.protocols import DecisionLike
+from haystack_state.agent.run_config import RunOptions
+from haystack_state.agent.runner import execute, execute_async, runtime_tools
+from haystack_state.agent.toolbox import ToolsArg
 from haystack_state.invocation.timeouts import check_max_tool_calls, check_timeout
 from haystack_state.persistence.base import Checkpointer
-from haystack_state.persistence.serde import checkpointer_from_dict
-from haystack_state.retry import RetryPolicy, retry_policies, retry_policy_from_dict, retry_policy_to_dict
-from haystack_state.schema import build_schema, schema_from_dict, schema_to_dict
-from haystack_state.store import Store, store_from_dict
+from haystack_state.retry import RetryPolicy
+from haystack_state.store import Store
 
 __all__ = ["Agent"]
 
-logger = logging.getLogger(__name__)
-
-
-#: The state key holding the running summary of a ``Summarize`` context policy: thread-scoped, checkpointed.
-SUMMARY_KEY = "context_summary"
-SUMMARY_FIELD: dict[str, Any] = {
-    "type": ContextSummary | None,
-    "description": "The running summary of the conversation's older turns (the Summarize context policy's).",
-}
-
-
-def folds_summary(policy: Any) -> bool:
-    """Whether a context policy (or one it composes) writes the running summary."""
-    return any(getattr(p, "folds_summary", False) for p in [policy, *getattr(policy, "policies", [])])
-
-
-def _given(tools: ToolsArg | None) -> bool:
-    """Whether tools were given (a Toolset counts even if it has not loaded its tools yet)."""
-    return tools is not None and (isinstance(tools, Toolset) or len(tools) > 0)
-
 
 @component
-class Agent(ThreadMethods, StreamMethods):
+class Agent:
     """
     A tool-calling agent over a typed State: it sends the messages and the tools to the chat generator, runs the
     tool calls the model makes (in parallel where they are independent, merging their outputs into the state), and
@@ -262,308 +206,24 @@ class Agent(ThreadMethods, StreamMethods):
         self.checkpointer = checkpointer
         self.interrupt_before = list(interrupt_before or [])
         self.interrupt_after = list(interrupt_after or [])
-
-        if tool_concurrency_limit < 1:
-            raise ValueError(
-                f"tool_concurrency_limit must be greater than or equal to 1, got {tool_concurrency_limit}."
-            )
-        if max_agent_steps < 1:
-            raise ValueError(f"max_agent_steps must be greater than or equal to 1, got {max_agent_steps}.")
+        check_limits(tool_concurrency_limit, max_agent_steps)
         self.tool_timeout = check_timeout(tool_timeout, "Agent tool_timeout")
         self.max_tool_calls = check_max_tool_calls(max_tool_calls, "Agent max_tool_calls")
         self.on_unfinished_calls = check_unfinished_calls(on_unfinished_calls, "Agent")
-        self._model_retry, self._tool_retry = retry_policies(retry_policy, "Agent")
         self.retry_policy = retry_policy
-        self._generator_takes_tools = accepts(chat_generator.run, "tools")
-        if context_policy is not None and not callable(getattr(context_policy, "plan", None)):
-            raise TypeError(f"context_policy must have a plan(view) method, got {context_policy!r}.")
-        summary_key = SUMMARY_KEY if context_policy is not None and folds_summary(context_policy) else None
-        reserved = RESERVED_OUTPUTS | RESERVED_INPUTS | set(RUN_KEYS) | ({SUMMARY_KEY} if summary_key else set())
-        clashes = sorted(set(self.state_schema) & reserved)
-        if clashes:
-            raise ValueError(
-                f"state_schema keys {clashes} are reserved for Agent internal state and cannot be redefined: they "
-                f"clash with Agent outputs, run parameters or run values; rename them. Reserved keys: "
-                f"{', '.join(sorted(reserved))}."
-            )
-        self._specs_fields = build_schema(
-            {**self.state_schema, SUMMARY_KEY: SUMMARY_FIELD} if summary_key else self.state_schema
-        )
-        #: The state schema of a run, as haystack-ai's Agent exposes it: the ``state_schema`` entries as given (and
-        #: the running summary's, with a summarizing context policy), ``messages`` unless declared, then the run
-        #: values every run's state carries (``step_count``, ``token_usage``, ..., ``context_tokens``).
-        self.resolved_state_schema: dict[str, dict[str, Any]] = resolved_schema(
-            self.state_schema, {SUMMARY_KEY: SUMMARY_FIELD} if summary_key else {}
-        )
-        self._prompts = PromptTemplates(system_prompt, user_prompt, required_variables)
-        for name, sources in self._prompts.variables.items():
-            where = " and ".join(sources)
-            if name in self._specs_fields:
-                raise ValueError(
-                    f"Variable '{name}' from {where} is already defined in the state schema. Rename the variable or "
-                    "the key, since run() could not tell which one a value is for."
-                )
-            if name in reserved or name == "messages":
-                raise ValueError(
-                    f"Variable '{name}' from {where} conflicts with input names in the run method. Rename the "
-                    "variable: the run's parameters and the Agent's outputs cannot be prompt variables."
-                )
-        if isinstance(required_variables, list) and not self._prompts.variables:
-            logger.warning(
-                "The parameter required_variables is provided but neither user_prompt nor system_prompt contains "
-                "template variables: it has no effect. Either provide a prompt with Jinja2 template variables or "
-                "remove required_variables."
-            )
-        if _given(tools) and not self._generator_takes_tools:
-            names = [tool.name for tool in flatten_tools_or_toolsets(tools)]
-            raise TypeError(
-                f"{type(chat_generator).__name__} does not accept tools parameter in its run method, so it cannot be "
-                f"given tools ({', '.join(names) or 'a toolset'}). The Agent component requires a chat generator "
-                "that supports tools when tools are provided."
-            )
-        extra_tools = policy_tools(context_policy) if context_policy is not None else []
-        self._toolbox = Toolbox(self.tools, self._specs_fields, extra=extra_tools)
-        known = self._toolbox.known()  # checks the known tools' state mappings
-        # Tools of a toolset that loads them in warm_up() are known only then: names they may provide are checked
-        # after warm-up.
-        self._names_checked = False
-        if not self._toolbox.has_toolsets:
-            self._check_tool_names(known.specs)
-        if self.interrupt_before and checkpointer is None:
-            raise ValueError("interrupt_before needs a checkpointer: an interrupted run is resumed from its thread.")
-        if self.interrupt_after and checkpointer is None:
-            raise ValueError("interrupt_after needs a checkpointer: an interrupted run is resumed from its thread.")
+        #: What the agent derived from its parameters (its run's schema, prompts, tools, loop settings), checked.
+        self.setup: AgentSetup = configure(self, retry_policy)
+        self.resolved_state_schema: dict[str, dict[str, Any]] = self.setup.resolved_schema  # (see state_schema)
+        self._specs_fields, self._model_retry = self.setup.specs, self.setup.loop_config.model_retry
+        self._tool_retry = self.setup.loop_config.tool_settings.retry_policy
 
-        self._check_input_mappings(known.specs)
-        for key, spec in self._specs_fields.items():
-            if key != "messages" and spec.is_input and spec.scope != "loaded":
-                component.set_input_type(self, name=key, type=spec.type, default=None)
-        for name in self._prompts.variables:
-            if name in self._prompts.required:
-                component.set_input_type(self, name=name, type=Any)
-            else:
-                component.set_input_type(self, name=name, type=Any, default=None)
-        outputs: dict[str, Any] = {key: spec.type for key, spec in self._specs_fields.items() if spec.is_output}
-        outputs.update(
-            last_message=ChatMessage,
-            step_count=int,
-            exit_reason=str,
-            token_usage=dict[str, Any],
-            tool_call_counts=dict[str, int],
-            context_tokens=int,
-            pending_tool_calls=list[ToolCall],
-            pending_interrupts=list[dict[str, Any]],
-            checkpoint_id=str | None,
-        )
-        component.set_output_types(self, **outputs)
-        self._loop_config = LoopConfig(
-            schema=self._specs_fields,
-            toolbox=self._toolbox,
-            exit_conditions=self.exit_conditions,
-            max_agent_steps=self.max_agent_steps,
-            hooks=self.hooks,
-            generator_streams=accepts(chat_generator.run, "streaming_callback"),
-            context_policy=context_policy,
-            token_counter=(lambda: token_counter) if token_counter is not None else None,
-            summary_key=summary_key,
-            interrupt_before=frozenset(self.interrupt_before),
-            interrupt_after=frozenset(self.interrupt_after),
-            store=store,
-            on_unfinished_calls=self.on_unfinished_calls,
-            resolved_schema=self.resolved_state_schema,
-            model_retry=self._model_retry,
-        )
-        self._is_warmed_up = False
+    # --- lifecycle (haystack_state.agent.lifecycle) ---------------------------------------------------------------
 
-    def _check_input_mappings(self, specs: dict[str, Any]) -> None:
-        """A tool whose outputs_to_state writes an ``"input"`` key could never succeed: refuse it now."""
-        for name, spec in specs.items():
-            for key in spec.outputs_to_state:
-                field = self._specs_fields.get(key)
-                if field is not None and field.scope == "input":
-                    raise ValueError(
-                        f"Tool '{name}' maps an output to state key '{key}', which has \"scope\": \"input\": it is "
-                        "set by the caller when a run starts and is read-only to tools. Map the output to another key."
-                    )
-
-    def _check_tool_names(self, specs: dict[str, Any]) -> None:
-        # As haystack-ai, an exit condition may name a tool that only a run's tools=... provides: a warning, not an
-        # error. interrupt_before (ours) must name the agent's own tools.
-        unknown = unknown_names(self.exit_conditions, specs, allowed=("text",))
-        if unknown:
-            logger.warning(
-                "exit_conditions {unknown} name no tool of this agent (its tools: {tools}): they can end only a run "
-                "given such a tool with run(tools=...).",
-                unknown=unknown,
-                tools=", ".join(specs) or "none",
-            )
-        check_names("interrupt_before", self.interrupt_before, specs)
-        check_names("interrupt_after", self.interrupt_after, specs)
-        self._names_checked = True
-
-    # --- lifecycle ---------------------------------------------------------------------------------------------
-
-    def warm_up(self) -> None:
-        """
-        Warm up the tools (a lazy toolset loads its tools now), the hooks and the chat generator. ``run`` does it on
-        first use.
-
-        :raises ValueError: If ``interrupt_before`` names a tool that no tool provides.
-        """
-        if self._is_warmed_up:
-            return
-        warm_up_tools(self.tools)
-        warm_up_hooks(self.hooks)
-        if hasattr(self.chat_generator, "warm_up"):
-            self.chat_generator.warm_up()
-        self._after_warm_up()
-
-    async def warm_up_async(self) -> None:
-        """Warm up the tools, hooks and chat generator, awaiting their ``warm_up_async`` where they have one."""
-        if self._is_warmed_up:
-            return
-        await warm_up_tools_async(self.tools)
-        await warm_up_hooks_async(self.hooks)
-        if hasattr(self.chat_generator, "warm_up_async"):
-            await self.chat_generator.warm_up_async()
-        elif hasattr(self.chat_generator, "warm_up"):
-            self.chat_generator.warm_up()
-        self._after_warm_up()
-
-    def _after_warm_up(self) -> None:
-        if not self._names_checked:
-            specs = self._toolbox.known().specs
-            self._check_tool_names(specs)
-            self._check_input_mappings(specs)
-        self._is_warmed_up = True
-
-    def close(self) -> None:
-        """Release what the tools, hooks and chat generator hold (clients, models). A later run warms up again."""
-        close_tools(self.tools)
-        close_hooks(self.hooks)
-        if hasattr(self.chat_generator, "close"):
-            self.chat_generator.close()
-        self._is_warmed_up = False
-
-    async def close_async(self) -> None:
-        """Release what the tools, hooks and chat generator hold, awaiting their ``close_async`` where they have one."""
-        await close_tools_async(self.tools)
-        await close_hooks_async(self.hooks)
-        if hasattr(self.chat_generator, "close_async"):
-            await self.chat_generator.close_async()
-        elif hasattr(self.chat_generator, "close"):
-            self.chat_generator.close()
-        self._is_warmed_up = False
-
-    def clone(self, **overrides: Any) -> Agent:
-        """
-        A new Agent configured like this one, with the given ``__init__`` parameters replaced.
-
-        :param overrides: Parameters to replace, e.g. ``agent.clone(system_prompt="...")``.
-        :returns: The new Agent.
-        """
-        names = [name for name in inspect.signature(type(self).__init__).parameters if name != "self"]
-        params = {name: getattr(self, name) for name in names}
-        return type(self)(**{**params, **overrides})
-
-    # --- running -----------------------------------------------------------------------------------------------
-
-    def _prepare(
-        self,
-        messages: list[ChatMessage],
-        kwargs: dict[str, Any],
-        options: RunOptions,
-        *,
-        is_async: bool,
-        sink: EventSink | None = None,
-        control: RunControl | None = None,
-    ) -> RunRequest:
-        """
-        Prepare a run, before anything is read, sent or stored: select the streaming callback, render the prompts (a
-        missing variable raises here), select the tools. The agent is warmed up already.
-
-        :returns: The run's request.
-        """
-        callback: StreamingCallbackT | None = select_streaming_callback(  # type: ignore[call-overload]
-            self.streaming_callback, options.streaming_callback, requires_async=is_async
-        )
-        variables = self._prompts.variables
-        prompt_values = {name: value for name, value in kwargs.items() if name in variables}
-        inputs = {key: value for key, value in kwargs.items() if key not in variables}
-        system, user = self._prompts.render(prompt_values)
-        run_tools = self._toolbox.for_run(options.tools)
-        if options.tools is not None and not self._generator_takes_tools and self._toolbox.resolve(run_tools).specs:
-            raise TypeError(
-                f"{type(self.chat_generator).__name__} does not accept tools parameter in its run method, so it "
-                "cannot be given this run's tools. The Agent component requires a chat generator that supports "
-                "tools when tools are provided."
-            )
-        return RunRequest(
-            messages=list(messages or []),
-            inputs=inputs,
-            tools=run_tools,
-            system_message=system,
-            user_message=user,
-            streaming_callback=callback,
-            generation_kwargs=options.generation_kwargs,
-            hook_context=options.hook_context,
-            decisions=_resuming(options.decisions, options.answers),
-            answers=options.answers,
-            context=options.context,
-            on_unfinished_calls=check_unfinished_calls(options.on_unfinished_calls, "run()"),
-            run_id=options.run_id,
-            traced_inputs={"messages": messages, "streaming_callback": callback, **kwargs},
-            model_callback=model_callback(callback, sink, is_async=is_async),
-            sink=sink,
-            control=control,
-        )
-
-    def _effects(self, control: RunControl | None = None, options: RunOptions | None = None) -> Effects:
-        passthrough = options.enable_streaming_callback_passthrough if options is not None else None
-        return Effects(
-            chat_generator=self.chat_generator,
-            raise_on_failure=self.raise_on_tool_invocation_failure,
-            max_workers=self.tool_concurrency_limit,
-            passthrough=self.tool_streaming_callback_passthrough if passthrough is None else passthrough,
-            control=control,
-            tool_timeout=self.tool_timeout,
-            max_tool_calls=self.max_tool_calls,
-            tool_retry=self._tool_retry,
-        )
-
-    def _open(self, options: RunOptions) -> ThreadSession | None:
-        """Open the run's thread (under its lease), or None without one; the caller closes it."""
-        if options.decisions is not None or options.answers is not None:
-            return self._existing(str(options.thread_id), lease=True)
-        return self._session(options.thread_id, options.checkpoint_id)
-
-    async def _open_async(self, options: RunOptions) -> ThreadSession | None:
-        """:meth:`_open`, awaiting the checkpointer."""
-        if options.decisions is not None or options.answers is not None:
-            return await self._existing_async(str(options.thread_id), lease=True)
-        return await self._session_async(options.thread_id, options.checkpoint_id)
-
-    def _execute(self, messages: list[ChatMessage], kwargs: dict[str, Any], options: RunOptions) -> dict[str, Any]:
-        """Prepare, open the thread, run the loop synchronously, release the thread."""
-        request = self._prepare(messages, kwargs, options, is_async=False)
-        session = self._open(options)
-        try:
-            return drive(agent_loop(self._loop_config, request, session), self._effects(None, options))
-        finally:
-            if session is not None:
-                session.close()
-
-    async def _execute_async(
-        self, messages: list[ChatMessage], kwargs: dict[str, Any], options: RunOptions
-    ) -> dict[str, Any]:
-        """:meth:`_execute`, awaiting the effects."""
-        request = self._prepare(messages, kwargs, options, is_async=True)
-        session = await self._open_async(options)
-        try:
-            return await drive_async(agent_loop(self._loop_config, request, session), self._effects(None, options))
-        finally:
-            if session is not None:
-                await session.aclose()
+    warm_up = lifecycle.warm_up
+    warm_up_async = lifecycle.warm_up_async
+    close = lifecycle.close
+    close_async = lifecycle.close_async
+    clone = lifecycle.clone
 
     def run(
         self,
@@ -643,7 +303,7 @@ class Agent(ThreadMethods, StreamMethods):
             run_id=run_id,
             enable_streaming_callback_passthrough=enable_streaming_callback_passthrough,
         )
-        return self._execute(messages, kwargs, options)
+        return execute(self, messages, kwargs, options)
 
     async def run_async(
         self,
@@ -694,17 +354,15 @@ class Agent(ThreadMethods, StreamMethods):
             run_id=run_id,
             enable_streaming_callback_passthrough=enable_streaming_callback_passthrough,
         )
-        return await self._execute_async(messages, kwargs, options)
-
-    # --- durable threads ---------------------------------------------------------------------------------------
+        return await execute_async(self, messages, kwargs, options)
 
     def resume(
         self,
         thread_id: str,
-        decisions: dict[str, Any] | None = None,
+        decisions: Mapping[str, DecisionLike] | None = None,
         streaming_callback: StreamingCallbackT | None = None,
         *,
-        answers: dict[str, Any] | None = None,
+        answers: Mapping[str, object] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
         hook_context: dict[str, Any] | None = None,
         context: Any = None,
@@ -737,15 +395,15 @@ class Agent(ThreadMethods, StreamMethods):
         options = RunOptions(
             streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions, context, answers
         )
-        return self._execute([], {}, options)
+        return execute(self, [], {}, options)
 
     async def resume_async(
         self,
         thread_id: str,
-        decisions: dict[str, Any] | None = None,
+        decisions: Mapping[str, DecisionLike] | None = None,
         streaming_callback: StreamingCallbackT | None = None,
         *,
-        answers: dict[str, Any] | None = None,
+        answers: Mapping[str, object] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
         hook_context: dict[str, Any] | None = None,
         context: Any = None,
@@ -755,67 +413,24 @@ class Agent(ThreadMethods, StreamMethods):
         options = RunOptions(
             streaming_callback, thread_id, None, generation_kwargs, None, hook_context, decisions, context, answers
         )
-        return await self._execute_async([], {}, options)
+        return await execute_async(self, [], {}, options)
 
-    # --- serialisation ---------------------------------------------------------------------------------------
+    # --- streaming (haystack_state.agent.streaming) ---------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the agent: its chat generator, tools, schema, prompts, hooks, checkpointer and settings."""
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(obj=self.chat_generator, name="chat_generator"),
-            tools=serialize_tools_or_toolset(self.tools),
-            system_prompt=self.system_prompt,
-            user_prompt=self.user_prompt,
-            required_variables=self.required_variables,
-            exit_conditions=self.exit_conditions,
-            state_schema=schema_to_dict(build_schema(self.state_schema)) if self.state_schema else None,
-            max_agent_steps=self.max_agent_steps,
-            streaming_callback=serialize_callable(self.streaming_callback) if self.streaming_callback else None,
-            raise_on_tool_invocation_failure=self.raise_on_tool_invocation_failure,
-            tool_concurrency_limit=self.tool_concurrency_limit,
-            tool_streaming_callback_passthrough=self.tool_streaming_callback_passthrough,
-            hooks=serialize_hooks(self.hooks),
-            checkpointer=self.checkpointer.to_dict() if self.checkpointer is not None else None,
-            interrupt_before=self.interrupt_before or None,
-            interrupt_after=self.interrupt_after or None,
-            context_policy=policy_to_dict(self.context_policy) if self.context_policy is not None else None,
-            token_counter=component_to_dict(self.token_counter, "token_counter") if self.token_counter else None,
-            store=self.store.to_dict() if self.store is not None else None,
-            tool_timeout=self.tool_timeout,
-            max_tool_calls=self.max_tool_calls,
-            on_unfinished_calls=self.on_unfinished_calls,
-            retry_policy=retry_policy_to_dict(self.retry_policy),
-        )
+    stream = streaming.stream
+    stream_async = streaming.stream_async
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Agent:
-        """Rebuild an agent from :meth:`to_dict` output, or from haystack-ai's Agent's (``data`` is left as it is)."""
-        data = copy.deepcopy(data)  # the deserialisers below work in place, haystack's Tool.from_dict too
-        params = data.setdefault("init_parameters", {})
-        deserialize_component_inplace(params, key="chat_generator")
-        deserialize_tools_or_toolset_inplace(params, key="tools")
-        if params.get("state_schema"):
-            params["state_schema"] = schema_from_dict(params["state_schema"])
-        if params.get("streaming_callback"):
-            params["streaming_callback"] = deserialize_callable(params["streaming_callback"])
-        if params.get("checkpointer"):
-            params["checkpointer"] = checkpointer_from_dict(params["checkpointer"])
-        if params.get("hooks"):
-            params["hooks"] = deserialize_hooks(params["hooks"])
-        if params.get("context_policy"):
-            params["context_policy"] = policy_from_dict(params["context_policy"])
-        if params.get("token_counter"):
-            deserialize_component_inplace(params, key="token_counter")
-        if params.get("store"):
-            params["store"] = store_from_dict(params["store"])
-        if params.get("retry_policy"):
-            params["retry_policy"] = retry_policy_from_dict(params["retry_policy"])
-        return default_from_dict(cls, data)
+    # --- durable threads (haystack_state.agent.thread_methods) -------------------------------------------------
 
+    cancel = thread_methods.cancel
+    cancel_async = thread_methods.cancel_async
+    get_state = thread_methods.get_state
+    get_state_async = thread_methods.get_state_async
+    get_history = thread_methods.get_history
+    get_history_async = thread_methods.get_history_async
+    update_state = thread_methods.update_state
 
-def _resuming(decisions: dict[str, Any] | None, answers: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``resume``'s decisions (``{}`` when only answers are given: the run resumes either way)."""
-    if decisions is None and answers is not None:
-        return {}
-    return decisions
+    # --- serialisation (haystack_state.agent.agent_serde) ------------------------------------------------------
+
+    to_dict = agent_serde.agent_to_dict
+    from_dict = classmethod(agent_serde.agent_from_dict)

@@ -397,7 +397,7 @@ class EventSink:
         self._counter = itertools.count()
         self._lock = threading.Lock()
 
-    def emit(self, event_type: type[AgentEvent], **fields: Any) -> None:
+    def emit(self, event_type: type[AgentEvent], **fields: object) -> None:
         """
         Make an event of ``event_type`` with ``fields`` and deliver it.
 

@@ -19,14 +19,18 @@ import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
 
 from haystack.core.errors import SerializationError
 from haystack.core.serialization import component_to_dict, generate_qualified_class_name
+from haystack.tracing.tracer import Span
 from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
 
+from haystack_state.agent.protocols import HookPoint
 from haystack_state.agent.spans import NO_SPAN, span, tracing_enabled
+from haystack_state.state import State
 
 __all__ = [
     "HOOK_POINTS",
@@ -47,12 +51,13 @@ __all__ = [
 ]
 
 #: The points of a run where hooks run, in the order a step reaches them.
-HOOK_POINTS = ("before_run", "before_llm", "before_tool", "after_tool", "on_exit", "after_run")
+HOOK_POINTS: tuple[HookPoint, ...] = ("before_run", "before_llm", "before_tool", "after_tool", "on_exit", "after_run")
 
 Hook = Any  # a Hook protocol object or a callable
+T = TypeVar("T")
 
 
-def is_hook_object(hook: Any) -> bool:
+def is_hook_object(hook: object) -> bool:
     """
     Whether a hook is a haystack ``Hook`` object (it has a callable ``run``) rather than a plain callable.
 
@@ -62,7 +67,7 @@ def is_hook_object(hook: Any) -> bool:
     return callable(getattr(hook, "run", None))
 
 
-def normalize_hooks(hooks: Mapping[str, Any] | None) -> dict[str, list[Hook]]:
+def normalize_hooks(hooks: Mapping[str, Any] | None) -> dict[HookPoint, list[Hook]]:
     """
     Check the ``hooks`` argument and normalise it to ``{point: [hooks]}``.
 
@@ -72,7 +77,7 @@ def normalize_hooks(hooks: Mapping[str, Any] | None) -> dict[str, list[Hook]]:
         excludes (haystack's ``ConfirmationHook`` runs only at ``before_tool``).
     :raises TypeError: For a hook that is neither a ``Hook`` object (with a callable ``run``) nor callable.
     """
-    result: dict[str, list[Hook]] = {}
+    result: dict[HookPoint, list[Hook]] = {}
     for point, given in (hooks or {}).items():
         if point not in HOOK_POINTS:
             raise ValueError(f"Invalid hook point '{point}'. Valid hook points are: {', '.join(HOOK_POINTS)}.")
@@ -111,7 +116,7 @@ def hook_name(hook: Hook) -> str:
     return f"{module}.{qualname}" if module and qualname else type(target).__name__
 
 
-def hook_span(hook: Hook, point: str) -> Any:
+def hook_span(hook: Hook, point: str) -> AbstractContextManager[Span]:
     """
     The tracing span of one hook call, as haystack-ai names and tags it.
 
@@ -144,7 +149,7 @@ def _hook_tags(hook: Hook, point: str) -> dict[str, str]:
     return tags
 
 
-def wait(awaitable: Awaitable[Any]) -> Any:
+def wait(awaitable: Awaitable[T]) -> T:
     """
     Run an awaitable (an async hook's) to completion from synchronous code.
 
@@ -152,7 +157,7 @@ def wait(awaitable: Awaitable[Any]) -> Any:
     :returns: Its result.
     """
 
-    async def waiter() -> Any:
+    async def waiter() -> T:
         return await awaitable
 
     try:
@@ -166,7 +171,7 @@ def wait(awaitable: Awaitable[Any]) -> Any:
         return helper.submit(context.run, asyncio.run, waiter()).result()
 
 
-def call_hook(hook: Hook, point: str, state: Any) -> Any:
+def call_hook(hook: Hook, point: str, state: State) -> object:
     """
     Run one hook synchronously, in its span.
 
@@ -182,7 +187,7 @@ def call_hook(hook: Hook, point: str, state: Any) -> Any:
         return wait(returned) if inspect.isawaitable(returned) else returned
 
 
-async def call_hook_async(hook: Hook, point: str, state: Any) -> Any:
+async def call_hook_async(hook: Hook, point: str, state: State) -> object:
     """
     Run one hook in an async run, in its span: ``run_async`` if the hook has one, otherwise its sync ``run`` in a
     worker thread; a plain callable is called and awaited if it returns an awaitable.
@@ -202,7 +207,7 @@ async def call_hook_async(hook: Hook, point: str, state: Any) -> Any:
         return await returned if inspect.isawaitable(returned) else returned
 
 
-def unique_hooks(hooks: Mapping[str, list[Hook]]) -> list[Hook]:
+def unique_hooks(hooks: Mapping[HookPoint, list[Hook]]) -> list[Hook]:
     """
     Each distinct hook once (a hook may be registered at several points), in the order first seen.
 
@@ -220,13 +225,13 @@ def _lifecycle(hooks: Iterable[Hook], name: str) -> list[Callable[[], Any]]:
     return [method for hook in hooks if callable(method := getattr(hook, name, None))]
 
 
-def warm_up_hooks(hooks: Mapping[str, list[Hook]]) -> None:
+def warm_up_hooks(hooks: Mapping[HookPoint, list[Hook]]) -> None:
     """Call ``warm_up()`` on every hook object that has one, once per hook."""
     for method in _lifecycle(unique_hooks(hooks), "warm_up"):
         method()
 
 
-async def warm_up_hooks_async(hooks: Mapping[str, list[Hook]]) -> None:
+async def warm_up_hooks_async(hooks: Mapping[HookPoint, list[Hook]]) -> None:
     """Await ``warm_up_async()`` on every hook that has one; call ``warm_up()`` on the others."""
     for hook in unique_hooks(hooks):
         if callable(warm := getattr(hook, "warm_up_async", None)):
@@ -235,13 +240,13 @@ async def warm_up_hooks_async(hooks: Mapping[str, list[Hook]]) -> None:
             warm()
 
 
-def close_hooks(hooks: Mapping[str, list[Hook]]) -> None:
+def close_hooks(hooks: Mapping[HookPoint, list[Hook]]) -> None:
     """Call ``close()`` on every hook object that has one, once per hook."""
     for method in _lifecycle(unique_hooks(hooks), "close"):
         method()
 
 
-async def close_hooks_async(hooks: Mapping[str, list[Hook]]) -> None:
+async def close_hooks_async(hooks: Mapping[HookPoint, list[Hook]]) -> None:
     """Await ``close_async()`` on every hook that has one; call ``close()`` on the others."""
     for hook in unique_hooks(hooks):
         if callable(close := getattr(hook, "close_async", None)):
@@ -250,7 +255,7 @@ async def close_hooks_async(hooks: Mapping[str, list[Hook]]) -> None:
             close()
 
 
-def serialize_hooks(hooks: Mapping[str, list[Hook]]) -> dict[str, list[Any]] | None:
+def serialize_hooks(hooks: Mapping[HookPoint, list[Hook]]) -> dict[str, list[Any]] | None:
     """
     Serialise the hooks: a ``Hook`` object as haystack-ai does (``{"type": ..., "init_parameters": ...}``), a plain
     callable as its import path.

@@ -16,7 +16,7 @@ live objects), never frozen or copied, and never handed to tools through their s
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from haystack.components.agents.state.state_utils import merge_lists, replace_values
@@ -24,7 +24,7 @@ from haystack.dataclasses import ChatMessage
 
 from haystack_state.errors import StateTypeError
 from haystack_state.runtime import RunContext
-from haystack_state.state import Handler, State
+from haystack_state.state import State
 
 __all__ = ["RUN_KEYS", "RUN_SCHEMA", "LiveData", "RunState", "resolved_schema"]
 
@@ -170,7 +170,7 @@ class RunState(State):
         context: RunContext[Any] | None = self.run_values["context"]
         return context
 
-    def emit(self, name: str, data: Any = None) -> None:
+    def emit(self, name: str, data: object = None) -> None:
         """
         Send a ``CustomEvent`` to whoever streams the run (``Agent.stream``), from a hook; nothing happens if no one
         does.
@@ -202,7 +202,7 @@ class RunState(State):
         """A snapshot of the schema's values, as ``State.data`` gives it."""
         return super().data
 
-    def set(self, key: str, value: Any, handler_override: Handler | None = None) -> None:
+    def set(self, key: str, value: object, handler_override: Callable[[Any, Any], Any] | None = None) -> None:
         expected = RUN_KEYS.get(key)
         if expected is None:
             super().set(key, value, handler_override)

@@ -11,6 +11,7 @@ generator-based context manager per span).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
@@ -41,7 +42,9 @@ class _NoSpan:
 NO_SPAN = _NoSpan()
 
 
-def span(name: str, tags: dict[str, Any] | None = None, parent: Span | None = None) -> Any:
+def span(
+    name: str, tags: Mapping[str, object] | None = None, parent: Span | None = None
+) -> AbstractContextManager[Span]:
     """
     Open a span named ``name`` under ``parent`` (or the current span).
 
@@ -52,7 +55,7 @@ def span(name: str, tags: dict[str, Any] | None = None, parent: Span | None = No
     """
     if not tracing_enabled():
         return NO_SPAN
-    return tracer.actual_tracer.trace(name, tags=tags, parent_span=parent)
+    return tracer.actual_tracer.trace(name, tags=dict(tags) if tags is not None else None, parent_span=parent)
 
 
 def current_span() -> Span | None:

@@ -1,6 +1,6 @@
 """
 ``Agent.stream`` and ``Agent.stream_async``: a run as a stream of live events (see
-:mod:`haystack_state.agent.events`), as a mixin of :class:`haystack_state.agent.Agent`.
+:mod:`haystack_state.agent.events`), as functions of the Agent that its methods are (``Agent.stream = stream``).
 
 Events cost only when someone listens: a plain ``run`` has no sink, and the loop makes no event. A stream runs the
 loop with a sink that buffers events for the consumer.
@@ -30,33 +30,29 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Hashable, Iterator
+from collections.abc import AsyncIterator, Generator, Hashable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from haystack.dataclasses import ChatMessage, StreamingChunk
+from haystack.dataclasses import ChatMessage
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT
-from haystack.tools.tool import Tool
-from haystack.tools.toolset import Toolset
 from haystack.tools.utils import warm_up_tools, warm_up_tools_async
 
-from haystack_state.agent.drive import Effects, RunCancelled, drive_async, execute
-from haystack_state.agent.events import AgentEvent, EventSink, ModelChunk, RunFailed, RunFinished
-from haystack_state.agent.loop import (
-    CallModel,
-    Effect,
-    LoadField,
-    LoopConfig,
-    RunControl,
-    RunRequest,
-    RunTools,
-    agent_loop,
-)
-from haystack_state.agent.session import ThreadSession, UnfinishedCalls
+from haystack_state._driver import Flow
+from haystack_state.agent.continuation import UnfinishedCalls
+from haystack_state.agent.drive import EffectRunner, RunCancelled, drive_async, execute
+from haystack_state.agent.effects import CallModel, Effect, LoadField, RunTools
+from haystack_state.agent.events import AgentEvent, EventSink, RunFailed, RunFinished
+from haystack_state.agent.loop import agent_loop
+from haystack_state.agent.protocols import DecisionLike
+from haystack_state.agent.run_config import RunControl, RunOptions
+from haystack_state.agent.runner import effect_runner, open_thread, open_thread_async, prepare, runtime_tools
+from haystack_state.agent.session import ThreadSession
+from haystack_state.agent.toolbox import ToolsArg
 
 if TYPE_CHECKING:
-    from haystack_state.agent.toolbox import ToolsArg
+    from haystack_state.agent.component import Agent
 
-__all__ = ["QUICK_EFFECT", "RunOptions", "StreamMethods", "model_callback", "runtime_tools"]
+__all__ = ["QUICK_EFFECT", "check_resume", "stream", "stream_async"]
 
 #: A model call or tool call of a sync stream that took less than this (seconds) runs on the consumer's thread the next
 #: time (its events are yielded when it returns: that late at most, unless it is slower this time); one that took
@@ -65,30 +61,12 @@ __all__ = ["QUICK_EFFECT", "RunOptions", "StreamMethods", "model_callback", "run
 QUICK_EFFECT = 0.001
 
 
-@dataclasses.dataclass(frozen=True)
-class RunOptions:
-    """The per-run options of ``run``, ``resume`` and ``stream``, besides the messages and the state inputs."""
-
-    streaming_callback: StreamingCallbackT | None = None
-    thread_id: str | None = None
-    checkpoint_id: str | None = None
-    generation_kwargs: dict[str, Any] | None = None
-    tools: ToolsArg | list[str] | None = None
-    hook_context: dict[str, Any] | None = None
-    decisions: dict[str, Any] | None = None
-    context: Any = None
-    answers: dict[str, Any] | None = None
-    on_unfinished_calls: Any = None
-    run_id: str | None = None
-    enable_streaming_callback_passthrough: bool | None = None
-
-
 def check_resume(
     messages: list[ChatMessage],
     thread_id: str | None,
     checkpoint_id: str | None,
-    decisions: dict[str, Any] | None,
-    answers: dict[str, Any] | None,
+    decisions: Mapping[str, DecisionLike] | None,
+    answers: Mapping[str, object] | None,
 ) -> None:
     """
     A streamed resume (``decisions`` or ``answers`` given) continues an interrupted thread's head, as ``resume`` does.
@@ -110,44 +88,6 @@ def check_resume(
         )
 
 
-def runtime_tools(tools: ToolsArg | list[str] | None) -> list[Tool | Toolset]:
-    """The tool objects given to a run (not names), which the run warms up."""
-    if isinstance(tools, Toolset):
-        return [tools]
-    return [tool for tool in tools or [] if not isinstance(tool, str)]
-
-
-def model_callback(
-    callback: StreamingCallbackT | None, sink: EventSink | None, *, is_async: bool
-) -> StreamingCallbackT | None:
-    """
-    The streaming callback given to the chat generator when someone listens: it emits each chunk as a
-    ``ModelChunk`` event, then passes it on to the run's own callback (if any).
-
-    :param callback: The run's streaming callback.
-    :param sink: The run's event sink; None if no one listens (then no wrapper is made).
-    :param is_async: Whether the run is async (the wrapper must then be a coroutine function).
-    :returns: The wrapper, or None.
-    """
-    if sink is None:
-        return None
-    if is_async:
-
-        async def on_chunk_async(chunk: StreamingChunk) -> None:
-            sink.emit(ModelChunk, step=sink.step, chunk=chunk, message_id=sink.message_id)
-            if callback is not None:
-                await callback(chunk)  # type: ignore[misc]
-
-        return on_chunk_async
-
-    def on_chunk(chunk: StreamingChunk) -> None:
-        sink.emit(ModelChunk, step=sink.step, chunk=chunk, message_id=sink.message_id)
-        if callback is not None:
-            callback(chunk)
-
-    return on_chunk
-
-
 _DONE = object()
 
 
@@ -156,202 +96,190 @@ class _Raised:
     error: BaseException
 
 
-class StreamMethods:
-    """The streaming methods of ``Agent``."""
+def stream(
+    agent: Agent,
+    messages: list[ChatMessage],
+    streaming_callback: StreamingCallbackT | None = None,
+    thread_id: str | None = None,
+    checkpoint_id: str | None = None,
+    *,
+    generation_kwargs: dict[str, Any] | None = None,
+    tools: ToolsArg | list[str] | None = None,
+    hook_context: dict[str, Any] | None = None,
+    context: Any = None,
+    decisions: Mapping[str, DecisionLike] | None = None,
+    answers: Mapping[str, object] | None = None,
+    on_unfinished_calls: UnfinishedCalls | None = None,
+    run_id: str | None = None,
+    enable_streaming_callback_passthrough: bool | None = None,
+    **kwargs: Any,
+) -> Iterator[AgentEvent]:
+    """
+    Run the agent and yield its events as they happen: ``RunStarted``, ``ModelChunk`` (when the chat generator
+    streams), ``ModelReply``, ``ToolCallStarted``/``ToolCallFinished``, ``StateChanged``, ``CheckpointCommitted``,
+    ``Interrupted``, ``CustomEvent``, and last ``RunFinished`` (with the dict ``run`` returns) or ``RunFailed``
+    (then the error is raised).
 
-    _loop_config: LoopConfig
-    _prepare: Callable[..., RunRequest]
-    _effects: Callable[..., Effects]
-    _open: Callable[[RunOptions], ThreadSession | None]
-    _open_async: Callable[[RunOptions], Awaitable[ThreadSession | None]]
+    Takes the same parameters as :meth:`Agent.run`; a bad input (a missing prompt variable, an unknown input, a busy
+    thread) raises here, before anything runs. The run goes on as the iteration asks for events, on the caller's
+    thread (model and tool calls that take time run on a helper thread, their chunks and events yielded as they
+    come); its thread is released before the last event. Stop iterating (or close the iterator) to cancel the
+    run: it stops before its next effect, and what it committed stands.
 
-    def warm_up(self) -> None: ...  # provided by Agent
+    :param messages: The conversation so far.
+    :param streaming_callback: Also receives the model's chunks and the tool results.
+    :param thread_id: Run on this durable thread.
+    :param checkpoint_id: With ``thread_id``, fork from this earlier checkpoint.
+    :param generation_kwargs: Settings for the chat generator for this run.
+    :param tools: The tools for this run.
+    :param hook_context: Per-run resources for hooks.
+    :param context: The run's dependencies (see :meth:`Agent.run`).
+    :param decisions: Resume the interrupted thread ``thread_id`` with these decisions, as :meth:`Agent.resume` takes
+        them (``messages`` empty): the resumed run's events are streamed.
+    :param answers: Resume it with these answers to ``interrupt()`` requests, as :meth:`Agent.resume` takes them.
+    :param on_unfinished_calls: See :meth:`Agent.run`.
+    :param run_id: An id for the run (its events' ``run_id``), recorded in its checkpoints' metadata.
+    :param enable_streaming_callback_passthrough: See :meth:`Agent.run`.
+    :param kwargs: Initial values for state keys, and the prompts' variables.
+    :returns: An iterator of events.
+    """
+    check_resume(messages, thread_id, checkpoint_id, decisions, answers)
+    agent.warm_up()
+    warm_up_tools(runtime_tools(tools))
+    channel = _Channel()
+    sink = EventSink(channel.put, thread_id)
+    if run_id is not None:
+        sink.run_id = run_id
+    control = RunControl()
+    options = RunOptions(
+        streaming_callback,
+        thread_id,
+        checkpoint_id,
+        generation_kwargs,
+        tools,
+        hook_context,
+        decisions,
+        context,
+        answers,
+        on_unfinished_calls,
+        run_id,
+        enable_streaming_callback_passthrough,
+    )
+    request = prepare(agent, messages, kwargs, options, is_async=False, sink=sink, control=control)
+    session = open_thread(agent, options)
+    try:
+        flow = agent_loop(agent.setup.loop_config, request, session)
+    except BaseException:
+        if session is not None:
+            session.close()
+        raise
+    return _pump(flow, effect_runner(agent, control, options), session, sink, channel, control)
 
-    async def warm_up_async(self) -> None: ...  # provided by Agent
 
-    def stream(
-        self,
-        messages: list[ChatMessage],
-        streaming_callback: StreamingCallbackT | None = None,
-        thread_id: str | None = None,
-        checkpoint_id: str | None = None,
-        *,
-        generation_kwargs: dict[str, Any] | None = None,
-        tools: ToolsArg | list[str] | None = None,
-        hook_context: dict[str, Any] | None = None,
-        context: Any = None,
-        decisions: dict[str, Any] | None = None,
-        answers: dict[str, Any] | None = None,
-        on_unfinished_calls: UnfinishedCalls | None = None,
-        run_id: str | None = None,
-        enable_streaming_callback_passthrough: bool | None = None,
-        **kwargs: Any,
-    ) -> Iterator[AgentEvent]:
-        """
-        Run the agent and yield its events as they happen: ``RunStarted``, ``ModelChunk`` (when the chat generator
-        streams), ``ModelReply``, ``ToolCallStarted``/``ToolCallFinished``, ``StateChanged``, ``CheckpointCommitted``,
-        ``Interrupted``, ``CustomEvent``, and last ``RunFinished`` (with the dict ``run`` returns) or ``RunFailed``
-        (then the error is raised).
+async def stream_async(
+    agent: Agent,
+    messages: list[ChatMessage],
+    streaming_callback: StreamingCallbackT | None = None,
+    thread_id: str | None = None,
+    checkpoint_id: str | None = None,
+    *,
+    generation_kwargs: dict[str, Any] | None = None,
+    tools: ToolsArg | list[str] | None = None,
+    hook_context: dict[str, Any] | None = None,
+    context: Any = None,
+    decisions: Mapping[str, DecisionLike] | None = None,
+    answers: Mapping[str, object] | None = None,
+    on_unfinished_calls: UnfinishedCalls | None = None,
+    run_id: str | None = None,
+    enable_streaming_callback_passthrough: bool | None = None,
+    **kwargs: Any,
+) -> AsyncIterator[AgentEvent]:
+    """
+    Run the agent asynchronously and yield its events as they happen (see :func:`stream`). Stop iterating (or
+    cancel the consuming task) to cancel the run.
 
-        Takes the same parameters as :meth:`run`; a bad input (a missing prompt variable, an unknown input, a busy
-        thread) raises here, before anything runs. The run goes on as the iteration asks for events, on the caller's
-        thread (model and tool calls that take time run on a helper thread, their chunks and events yielded as they
-        come); its thread is released before the last event. Stop iterating (or close the iterator) to cancel the
-        run: it stops before its next effect, and what it committed stands.
+    :param messages: The conversation so far.
+    :param streaming_callback: Also receives the model's chunks and the tool results (sync or async).
+    :param thread_id: Run on this durable thread.
+    :param checkpoint_id: With ``thread_id``, fork from this earlier checkpoint.
+    :param generation_kwargs: Settings for the chat generator for this run.
+    :param tools: The tools for this run.
+    :param hook_context: Per-run resources for hooks.
+    :param context: The run's dependencies (see :meth:`Agent.run`).
+    :param decisions: Resume the interrupted thread ``thread_id`` with these decisions, as :meth:`Agent.resume` takes
+        them (``messages`` empty): the resumed run's events are streamed.
+    :param answers: Resume it with these answers to ``interrupt()`` requests, as :meth:`Agent.resume` takes them.
+    :param on_unfinished_calls: See :meth:`Agent.run`.
+    :param run_id: An id for the run (its events' ``run_id``), recorded in its checkpoints' metadata.
+    :param enable_streaming_callback_passthrough: See :meth:`Agent.run`.
+    :param kwargs: Initial values for state keys, and the prompts' variables.
+    :returns: An async iterator of events.
+    """
+    check_resume(messages, thread_id, checkpoint_id, decisions, answers)
+    await agent.warm_up_async()
+    await warm_up_tools_async(runtime_tools(tools))
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[Any] = asyncio.Queue()
 
-        :param messages: The conversation so far.
-        :param streaming_callback: Also receives the model's chunks and the tool results.
-        :param thread_id: Run on this durable thread.
-        :param checkpoint_id: With ``thread_id``, fork from this earlier checkpoint.
-        :param generation_kwargs: Settings for the chat generator for this run.
-        :param tools: The tools for this run.
-        :param hook_context: Per-run resources for hooks.
-        :param context: The run's dependencies (see :meth:`run`).
-        :param decisions: Resume the interrupted thread ``thread_id`` with these decisions, as :meth:`resume` takes
-            them (``messages`` empty): the resumed run's events are streamed.
-        :param answers: Resume it with these answers to ``interrupt()`` requests, as :meth:`resume` takes them.
-        :param on_unfinished_calls: See :meth:`run`.
-        :param run_id: An id for the run (its events' ``run_id``), recorded in its checkpoints' metadata.
-        :param enable_streaming_callback_passthrough: See :meth:`run`.
-        :param kwargs: Initial values for state keys, and the prompts' variables.
-        :returns: An iterator of events.
-        """
-        check_resume(messages, thread_id, checkpoint_id, decisions, answers)
-        self.warm_up()
-        warm_up_tools(runtime_tools(tools))
-        channel = _Channel()
-        sink = EventSink(channel.put, thread_id)
-        if run_id is not None:
-            sink.run_id = run_id
-        control = RunControl()
-        options = RunOptions(
-            streaming_callback,
-            thread_id,
-            checkpoint_id,
-            generation_kwargs,
-            tools,
-            hook_context,
-            decisions,
-            context,
-            answers,
-            on_unfinished_calls,
-            run_id,
-            enable_streaming_callback_passthrough,
-        )
-        request = self._prepare(messages, kwargs, options, is_async=False, sink=sink, control=control)
-        session = self._open(options)
+    def deliver(event: object) -> None:  # tool calls emit from worker threads
+        loop.call_soon_threadsafe(events.put_nowait, event)
+
+    sink = EventSink(deliver, thread_id)
+    if run_id is not None:
+        sink.run_id = run_id
+    control = RunControl()
+    options = RunOptions(
+        streaming_callback,
+        thread_id,
+        checkpoint_id,
+        generation_kwargs,
+        tools,
+        hook_context,
+        decisions,
+        context,
+        answers,
+        on_unfinished_calls,
+        run_id,
+        enable_streaming_callback_passthrough,
+    )
+    request = prepare(agent, messages, kwargs, options, is_async=True, sink=sink, control=control)
+    session = await open_thread_async(agent, options)
+    try:
+        flow = agent_loop(agent.setup.loop_config, request, session)
+    except BaseException:
+        if session is not None:
+            await session.aclose()
+        raise
+    effects = effect_runner(agent, control, options)
+
+    async def work() -> None:
         try:
-            flow = agent_loop(self._loop_config, request, session)
-        except BaseException:
-            if session is not None:
-                session.close()
-            raise
-        return _pump(flow, self._effects(control, options), session, sink, channel, control)
-
-    async def stream_async(
-        self,
-        messages: list[ChatMessage],
-        streaming_callback: StreamingCallbackT | None = None,
-        thread_id: str | None = None,
-        checkpoint_id: str | None = None,
-        *,
-        generation_kwargs: dict[str, Any] | None = None,
-        tools: ToolsArg | list[str] | None = None,
-        hook_context: dict[str, Any] | None = None,
-        context: Any = None,
-        decisions: dict[str, Any] | None = None,
-        answers: dict[str, Any] | None = None,
-        on_unfinished_calls: UnfinishedCalls | None = None,
-        run_id: str | None = None,
-        enable_streaming_callback_passthrough: bool | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[AgentEvent]:
-        """
-        Run the agent asynchronously and yield its events as they happen (see :meth:`stream`). Stop iterating (or
-        cancel the consuming task) to cancel the run.
-
-        :param messages: The conversation so far.
-        :param streaming_callback: Also receives the model's chunks and the tool results (sync or async).
-        :param thread_id: Run on this durable thread.
-        :param checkpoint_id: With ``thread_id``, fork from this earlier checkpoint.
-        :param generation_kwargs: Settings for the chat generator for this run.
-        :param tools: The tools for this run.
-        :param hook_context: Per-run resources for hooks.
-        :param context: The run's dependencies (see :meth:`run`).
-        :param decisions: Resume the interrupted thread ``thread_id`` with these decisions, as :meth:`resume` takes
-            them (``messages`` empty): the resumed run's events are streamed.
-        :param answers: Resume it with these answers to ``interrupt()`` requests, as :meth:`resume` takes them.
-        :param on_unfinished_calls: See :meth:`run`.
-        :param run_id: An id for the run (its events' ``run_id``), recorded in its checkpoints' metadata.
-        :param enable_streaming_callback_passthrough: See :meth:`run`.
-        :param kwargs: Initial values for state keys, and the prompts' variables.
-        :returns: An async iterator of events.
-        """
-        check_resume(messages, thread_id, checkpoint_id, decisions, answers)
-        await self.warm_up_async()
-        await warm_up_tools_async(runtime_tools(tools))
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[Any] = asyncio.Queue()
-
-        def deliver(event: Any) -> None:  # tool calls emit from worker threads
-            loop.call_soon_threadsafe(events.put_nowait, event)
-
-        sink = EventSink(deliver, thread_id)
-        if run_id is not None:
-            sink.run_id = run_id
-        control = RunControl()
-        options = RunOptions(
-            streaming_callback,
-            thread_id,
-            checkpoint_id,
-            generation_kwargs,
-            tools,
-            hook_context,
-            decisions,
-            context,
-            answers,
-            on_unfinished_calls,
-            run_id,
-            enable_streaming_callback_passthrough,
-        )
-        request = self._prepare(messages, kwargs, options, is_async=True, sink=sink, control=control)
-        session = await self._open_async(options)
-        try:
-            flow = agent_loop(self._loop_config, request, session)
-        except BaseException:
+            outputs = await drive_async(flow, effects)
+            sink.emit(RunFinished, outputs=outputs)
+        except BaseException as exc:
+            _report(sink, exc)
+            deliver(_Raised(exc))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
             if session is not None:
                 await session.aclose()
-            raise
-        effects = self._effects(control, options)
+            deliver(_DONE)
 
-        async def work() -> None:
-            try:
-                outputs = await drive_async(flow, effects)
-                sink.emit(RunFinished, outputs=outputs)
-            except BaseException as exc:
-                _report(sink, exc)
-                deliver(_Raised(exc))
-                if not isinstance(exc, Exception):
-                    raise
-            finally:
-                if session is not None:
-                    await session.aclose()
-                deliver(_DONE)
-
-        task = asyncio.ensure_future(work())
-        failed = False
-        try:
-            while (item := await events.get()) is not _DONE:
-                if isinstance(item, _Raised):
-                    failed = True  # the run is over: let it release its thread rather than cancel that
-                    raise item.error
-                yield item
-        finally:
-            if not task.done() and not failed:
-                control.cancel()
-                task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+    task = asyncio.ensure_future(work())
+    failed = False
+    try:
+        while (item := await events.get()) is not _DONE:
+            if isinstance(item, _Raised):
+                failed = True  # the run is over: let it release its thread rather than cancel that
+                raise item.error
+            yield item
+    finally:
+        if not task.done() and not failed:
+            control.cancel()
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
 
 
 def _report(sink: EventSink, error: BaseException) -> None:
@@ -361,8 +289,8 @@ def _report(sink: EventSink, error: BaseException) -> None:
 
 
 def _pump(
-    flow: Generator[Effect, Any, dict[str, Any]],
-    effects: Effects,
+    flow: Flow[dict[str, Any]],
+    effects: EffectRunner,
     session: ThreadSession | None,
     sink: EventSink,
     channel: _Channel,
@@ -378,7 +306,7 @@ def _pump(
     pending = channel.pending
     pace: dict[Hashable, bool] = {}  # whether the model, each tool, ran in less than QUICK_EFFECT last time
     ended = False  # the loop has ended (then the session is closed)
-    value: Any = None
+    value: object = None
     error: BaseException | None = None
     failure: BaseException | None = None
     outputs: dict[str, Any] = {}
@@ -402,14 +330,14 @@ def _pump(
             keys = _under_way_keys(effect)
             if keys is None:  # it emits nothing while under way
                 try:
-                    value = context.run(execute, effect, effects)
+                    value = context.run(execute, effects, effect)
                 except BaseException as exc:
                     error = exc
             else:
                 if keys and all(pace.get(key, False) for key in keys):  # quick last time: its events can wait
                     started = time.perf_counter()
                     try:
-                        value = context.run(execute, effect, effects)
+                        value = context.run(execute, effects, effect)
                     except BaseException as exc:
                         error = exc
                     took = time.perf_counter() - started
@@ -486,7 +414,7 @@ class _Outcome:
 
     __slots__ = ("error", "took", "value")
 
-    def __init__(self, value: Any, error: BaseException | None, took: float) -> None:
+    def __init__(self, value: object, error: BaseException | None, took: float) -> None:
         self.value = value
         self.error = error
         self.took = took
@@ -501,12 +429,12 @@ class _Helper:
     def __init__(self, context: contextvars.Context, channel: _Channel) -> None:
         self._context = context
         self._channel = channel
-        self._jobs: queue.SimpleQueue[tuple[Effect, Effects] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Effect, EffectRunner] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._in_flight = False
 
     def execute(
-        self, effect: Effect, effects: Effects
+        self, effect: Effect, effects: EffectRunner
     ) -> Generator[AgentEvent, None, tuple[Any, BaseException | None, float]]:
         """
         Execute an effect on the helper thread, yielding the events it emits meanwhile; return its result, its error
@@ -547,7 +475,7 @@ class _Helper:
         while (job := jobs.get()) is not None:
             started = time.perf_counter()
             try:
-                outcome = _Outcome(context.run(execute, *job), None, time.perf_counter() - started)
+                outcome = _Outcome(context.run(execute, job[1], job[0]), None, time.perf_counter() - started)
             except BaseException as exc:  # handed to the consumer's thread, which decides
                 outcome = _Outcome(None, exc, time.perf_counter() - started)
             wake.put(outcome)

@@ -1,19 +1,23 @@
 """
 Running a model's tool calls against a State: reading what the model sent, hostile or not (:mod:`.arguments`),
-planning the calls (resolve, validate, order by what they read and write; :mod:`.calls`), running them atomically in
-call order with timeouts, in daemon worker threads, each in its tracing span (:mod:`.run`, :mod:`.timeouts`,
-:mod:`.workers`, :mod:`.spans`), and the ``ToolInvoker`` component (:mod:`.invoker`).
+planning the calls (resolve, validate, order by what they read and write; :mod:`.calls`), the books and the control
+flow of a batch, written once (:mod:`.batch`), one call's scope (:mod:`.scope`), the sync and async runners that
+execute the flow, merging atomically in call order with timeouts, in daemon worker threads, each call in its tracing
+span (:mod:`.run`, :mod:`.timeouts`, :mod:`.workers`, :mod:`.spans`), the options of a run in one frozen object
+(:mod:`.settings`), and the ``ToolInvoker`` component (:mod:`.invoker`).
 """
 
 from haystack_state.invocation.arguments import safe_tool_calls
 from haystack_state.invocation.invoker import ToolInvoker
 from haystack_state.invocation.outcome import BatchOutcome, PendingCall
 from haystack_state.invocation.run import run_tool_batch, run_tool_batch_async
+from haystack_state.invocation.settings import ToolRunSettings
 
 __all__ = [
     "BatchOutcome",
     "PendingCall",
     "ToolInvoker",
+    "ToolRunSettings",
     "run_tool_batch",
     "run_tool_batch_async",
     "safe_tool_calls",

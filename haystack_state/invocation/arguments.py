@@ -68,7 +68,7 @@ class _NonStandardConstant(ValueError):
     """``NaN``, ``Infinity`` or ``-Infinity`` in JSON text."""
 
 
-def shown(value: Any, limit: int = 80) -> str:
+def shown(value: object, limit: int = 80) -> str:
     """
     A tool name, parameter name or value as it can be put in a message: a string (the ``repr`` of anything else),
     at most ``limit`` characters, with unprintable characters (NUL, lone surrogates, line breaks) escaped.
@@ -104,7 +104,7 @@ def _text_problem(text: str) -> str:
     return "holds text that is not valid Unicode (a lone surrogate), which tool arguments may not contain"
 
 
-def _check_value(value: Any, where: str, budget: int) -> int:
+def _check_value(value: object, where: str, budget: int) -> int:
     """
     Check one argument value (``where`` names it), iteratively. Returns what is left of the size budget.
 
@@ -210,7 +210,7 @@ def _parse(text: str | bytes | bytearray) -> Any:
         raise _Hostile("the arguments hold a number with more than 4,000 digits") from None
 
 
-def _marker(arguments: Any) -> str | None:
+def _marker(arguments: object) -> str | None:
     """The reason left by :func:`safe_tool_call` in place of arguments it could not keep, if that is what these are."""
     if type(arguments) is dict and len(arguments) == 1:
         reason = arguments.get(INVALID_ARGUMENTS)

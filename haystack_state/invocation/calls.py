@@ -14,6 +14,7 @@ from typing import Any
 
 from haystack import logging
 from haystack.dataclasses import ChatMessage, ToolCall
+from haystack.dataclasses.streaming_chunk import StreamingCallbackT
 from haystack.tracing.utils import _serializable_value
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
@@ -26,7 +27,7 @@ from haystack_state.errors import (
     ToolMergeError,
 )
 from haystack_state.invocation.arguments import read_arguments, resolve_tool, safe_tool_call, shown
-from haystack_state.runtime import STORE_PARAM
+from haystack_state.runtime import STORE_PARAM, RunContext
 from haystack_state.state import State
 from haystack_state.text import replace_surrogates, surrogate_at
 from haystack_state.tools.spec import ToolSpec
@@ -294,9 +295,9 @@ def plan_calls(
 def call_arguments(
     call: PlannedCall,
     state: State,
-    streaming_callback: Any | None = None,
+    streaming_callback: StreamingCallbackT | None = None,
     passthrough: bool = False,
-    context: Any = None,
+    context: RunContext[Any] | None = None,
 ) -> dict[str, Any]:
     """
     The keyword arguments to call the tool with: the model's, the ``inputs_from_state`` values, the State and the
@@ -331,7 +332,7 @@ def call_arguments(
     return kwargs
 
 
-def state_writes(spec: ToolSpec, result: Any) -> list[Write]:
+def state_writes(spec: ToolSpec, result: object) -> list[Write]:
     """
     The state writes of a tool's ``outputs_to_state``: ``(key, value, handler_override)`` for each mapping.
 
@@ -352,7 +353,7 @@ def state_writes(spec: ToolSpec, result: Any) -> list[Write]:
     return writes
 
 
-def result_to_string(result: Any, convert_result_to_json_string: bool | None = None) -> str:
+def result_to_string(result: object, convert_result_to_json_string: bool | None = None) -> str:
     """
     Render a tool result for the model.
 
@@ -385,7 +386,7 @@ def result_to_string(result: Any, convert_result_to_json_string: bool | None = N
         return str(result)
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> Any:
     """What ``json.dumps`` encodes for a value it cannot encode itself (as ``to_jsonable`` converts it)."""
     converted = to_jsonable(value)
     if converted is value:
@@ -411,7 +412,7 @@ class ResultConversionError(Exception):
         self.cause = cause
 
 
-def _render(config: Mapping[str, Any], result: Any, convert: bool | None) -> Any:
+def _render(config: Mapping[str, Any], result: object, convert: bool | None) -> Any:
     source = config.get("source")
     value = result.get(source) if source is not None and isinstance(result, Mapping) else result
     handler = config.get("handler")
@@ -451,7 +452,7 @@ def result_message(
     )
 
 
-def _storable(tool_call: ToolCall, text: Any) -> Any:
+def _storable(tool_call: ToolCall, text: object) -> Any:
     """A result's text with lone surrogates (which no checkpoint can store) replaced by U+FFFD, with a warning."""
     if not isinstance(text, str) or surrogate_at(text) < 0:
         return text

@@ -5,8 +5,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
-from typing import Any
+import dataclasses
+from typing import Any, Literal
 
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
@@ -18,6 +18,7 @@ from haystack.tools.utils import flatten_tools_or_toolsets, warm_up_tools, warm_
 from haystack.utils import deserialize_callable, serialize_callable
 
 from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
+from haystack_state.invocation.settings import ToolRunSettings
 from haystack_state.invocation.timeouts import check_max_tool_calls, check_timeout
 from haystack_state.retry import RetryPolicy
 from haystack_state.runtime import RunContext, check_tool_deps
@@ -29,8 +30,24 @@ __all__ = ["ToolInvoker"]
 
 ToolsArg = list[Tool | Toolset] | Toolset
 
+#: The attributes of a ``ToolInvoker`` that make its ``ToolRunSettings``.
+_SETTING_ATTRIBUTES = frozenset(
+    {
+        "raise_on_failure",
+        "max_workers",
+        "enable_streaming_callback_passthrough",
+        "convert_result_to_json_string",
+        "tool_timeout",
+        "max_tool_calls",
+        "retry_policy",
+    }
+)
 
-def _state_or_new(state: Any) -> State:
+#: A ``ToolInvoker`` has no human to ask: a call that stops at ``interrupt()`` without an answer fails.
+_ON_INTERRUPT: Literal["fail"] = "fail"
+
+
+def _state_or_new(state: object) -> State:
     """The State to run against: the one given, or a new empty one. Anything else is refused with the fix."""
     if state is None:
         return State({})
@@ -125,10 +142,30 @@ class ToolInvoker:
         if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
             raise ValueError(f"ToolInvoker retry_policy must be a RetryPolicy or None, got {retry_policy!r}.")
         self.retry_policy = retry_policy
+        self._settings = self._run_settings()
         self._specs = tool_specs(tools)
         self._has_toolsets = isinstance(tools, Toolset) or any(isinstance(item, Toolset) for item in tools)
         self._specs_of: tuple[int, ...] = self._tool_ids()
         self._is_warmed_up = False
+
+    def _run_settings(self) -> ToolRunSettings:
+        """The settings of this invoker's runs, from its attributes."""
+        return ToolRunSettings(
+            raise_on_failure=self.raise_on_failure,
+            max_workers=self.max_workers,
+            passthrough=self.enable_streaming_callback_passthrough,
+            convert_result_to_json_string=self.convert_result_to_json_string,
+            on_interrupt=_ON_INTERRUPT,
+            max_tool_calls=self.max_tool_calls,
+            tool_timeout=self.tool_timeout,
+            retry_policy=self.retry_policy,
+        )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """Keep the run settings in step with the attributes they come from, should one be reassigned."""
+        object.__setattr__(self, name, value)  # (not super(): @component makes a new class of this one)
+        if name in _SETTING_ATTRIBUTES and "_settings" in self.__dict__:
+            object.__setattr__(self, "_settings", self._run_settings())
 
     def _tool_ids(self) -> tuple[int, ...]:
         return tuple(map(id, flatten_tools_or_toolsets(self.tools)))
@@ -158,32 +195,20 @@ class ToolInvoker:
             self._is_warmed_up = True
             self._current_specs()
 
-    def _options(
-        self,
-        tools: ToolsArg | None,
-        context: Any,
-        answers: Mapping[str, Sequence[Any]] | None,
-        passthrough: bool | None = None,
-    ) -> dict[str, Any]:
+    def _prepare(
+        self, tools: ToolsArg | None, context: object, passthrough: bool | None
+    ) -> tuple[dict[str, ToolSpec], RunContext[Any], ToolRunSettings]:
         """
-        What ``run`` and ``run_async`` pass alike to the tool runner (all but the streaming callback), once the
-        context is checked against the tools' ``RunContext[T]`` parameters.
+        What ``run`` and ``run_async`` prepare alike: the tools' specs, the run's context (checked against the tools'
+        ``RunContext[T]`` parameters) and the settings (with the run's passthrough).
         """
         specs = self._current_specs() if tools is None else tool_specs(tools)
         run_context = context if isinstance(context, RunContext) else RunContext(deps=context, store=self.store)
         check_tool_deps(specs, run_context.deps)
-        return {
-            "specs": specs,
-            "raise_on_failure": self.raise_on_failure,
-            "max_workers": self.max_workers,
-            "passthrough": self.enable_streaming_callback_passthrough if passthrough is None else passthrough,
-            "convert_result_to_json_string": self.convert_result_to_json_string,
-            "max_tool_calls": self.max_tool_calls,
-            "tool_timeout": self.tool_timeout,
-            "context": run_context,
-            "answers": answers,
-            "retry_policy": self.retry_policy,
-        }
+        settings = self._settings
+        if passthrough is not None and passthrough != settings.passthrough:
+            settings = dataclasses.replace(settings, passthrough=passthrough)
+        return specs, run_context, settings
 
     @component.output_types(tool_messages=list[ChatMessage], state=State)
     def run(
@@ -220,8 +245,10 @@ class ToolInvoker:
             warm_up_tools(tools)
         state = _state_or_new(state)
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=False)
-        options = self._options(tools, context, answers, enable_streaming_callback_passthrough)
-        tool_messages = run_tool_calls(messages, state, **options, streaming_callback=callback)
+        specs, run_context, settings = self._prepare(tools, context, enable_streaming_callback_passthrough)
+        tool_messages = run_tool_calls(
+            messages, state, specs, settings=settings, streaming_callback=callback, context=run_context, answers=answers
+        )
         return {"tool_messages": tool_messages, "state": state}
 
     @component.output_types(tool_messages=list[ChatMessage], state=State)
@@ -252,8 +279,10 @@ class ToolInvoker:
             await warm_up_tools_async(tools)
         state = _state_or_new(state)
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
-        options = self._options(tools, context, answers, enable_streaming_callback_passthrough)
-        tool_messages = await run_tool_calls_async(messages, state, **options, streaming_callback=callback)
+        specs, run_context, settings = self._prepare(tools, context, enable_streaming_callback_passthrough)
+        tool_messages = await run_tool_calls_async(
+            messages, state, specs, settings=settings, streaming_callback=callback, context=run_context, answers=answers
+        )
         return {"tool_messages": tool_messages, "state": state}
 
     def to_dict(self) -> dict[str, Any]:

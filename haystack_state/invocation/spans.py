@@ -11,6 +11,7 @@ With tracing off (haystack's ``NullTracer``), a runner calls the tool directly: 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import Any, TypeVar
 
 from haystack.dataclasses import ToolCall
@@ -74,7 +75,9 @@ class _ToolSpan:
         self.span.set_content_tag("haystack.agent.step.tool.input", self.tool_call.arguments)
         return self.span
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc is not None:
             self.span.set_tag("haystack.tool.error", True)
             self.span.set_content_tag("haystack.agent.step.tool.output", {"error": str(exc)})

@@ -13,7 +13,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Hashable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from haystack_state.errors import ToolTimeoutError
 from haystack_state.tools.spec import ToolSpec
@@ -26,7 +26,7 @@ __all__ = ["CANCEL_GRACE", "Deadlines", "call_timeout", "check_max_tool_calls", 
 T = TypeVar("T")
 
 
-def check_timeout(timeout: Any, what: str) -> float | None:
+def check_timeout(timeout: object, what: str) -> float | None:
     """
     Validate a timeout given by a programmer.
 
@@ -42,7 +42,7 @@ def check_timeout(timeout: Any, what: str) -> float | None:
     return float(timeout)
 
 
-def check_max_tool_calls(limit: Any, what: str) -> int | None:
+def check_max_tool_calls(limit: object, what: str) -> int | None:
     """
     Validate a ``max_tool_calls`` given by a programmer.
 

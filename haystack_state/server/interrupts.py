@@ -30,7 +30,9 @@ from typing import Any
 
 from haystack.dataclasses import ToolCall
 
-from haystack_state.agent.session import ThreadSnapshot, apply_decisions, check_unfinished_calls, unfinished_policy
+from haystack_state.agent import Agent
+from haystack_state.agent.continuation import apply_decisions, check_unfinished_calls, unfinished_policy
+from haystack_state.agent.session import ThreadSnapshot
 from haystack_state.server.wire import WireError
 
 __all__ = [
@@ -69,17 +71,20 @@ def pending_requests(snapshot: ThreadSnapshot) -> list[dict[str, Any]]:
     return requests
 
 
-def _as_request(item: Any) -> dict[str, Any]:
-    if hasattr(item, "to_dict"):
-        item = item.to_dict()
-    elif not isinstance(item, Mapping):
-        item = {name: getattr(item, name, None) for name in ("id", "kind", "tool_name", "call_id", "value")}
+def _as_request(item: object) -> dict[str, Any]:
+    data: Mapping[str, Any]
+    if hasattr(item, "to_dict"):  # an InterruptRequest
+        data = item.to_dict()
+    elif isinstance(item, Mapping):
+        data = item
+    else:
+        data = {name: getattr(item, name, None) for name in ("id", "kind", "tool_name", "call_id", "value")}
     return {
-        "id": item.get("id"),
-        "kind": item.get("kind", "interrupt"),
-        "tool_name": item.get("tool_name"),
-        "call_id": item.get("call_id"),
-        "value": item.get("value"),
+        "id": data.get("id"),
+        "kind": data.get("kind", "interrupt"),
+        "tool_name": data.get("tool_name"),
+        "call_id": data.get("call_id"),
+        "value": data.get("value"),
     }
 
 
@@ -156,7 +161,7 @@ class Resume:
 
 
 def resume_from_command(
-    resume: Any,
+    resume: object,
     requests: Sequence[Mapping[str, Any]],
     calls: Sequence[ToolCall],
     interrupt_id: str,
@@ -206,7 +211,7 @@ def resume_from_command(
     return Resume(decisions=decisions_from_resume(rest, reviewed, interrupt_id), answers=answers)
 
 
-def decisions_from_resume(resume: Any, calls: Sequence[ToolCall], interrupt_id: str) -> dict[str, Any]:
+def decisions_from_resume(resume: object, calls: Sequence[ToolCall], interrupt_id: str) -> dict[str, Any]:
     """
     Turn a ``command.resume`` value into ``Agent.resume`` decisions, checked against the pending calls.
 
@@ -252,7 +257,7 @@ def decisions_from_resume(resume: Any, calls: Sequence[ToolCall], interrupt_id: 
     return decisions
 
 
-def _decision(item: Any, call: ToolCall, field: str) -> Any:
+def _decision(item: object, call: ToolCall, field: str) -> str | dict[str, object]:
     if item in ("approve", "reject"):
         return item
     if isinstance(item, Mapping) and set(item) == {"arguments"} and isinstance(item["arguments"], dict):
@@ -275,7 +280,7 @@ def _decision(item: Any, call: ToolCall, field: str) -> Any:
     raise WireError(field, f"must be approve, reject or edit, got {item!r}")
 
 
-def unfinished_policy_of(agent: Any, snapshot: ThreadSnapshot, policy: str | None) -> str | None:
+def unfinished_policy_of(agent: Agent, snapshot: ThreadSnapshot, policy: str | None) -> str | None:
     """
     What new messages would do on a thread (``finish``, ``close`` or ``refuse``; see the Agent's
     ``on_unfinished_calls``), or None if its last run did not stop mid-tools.

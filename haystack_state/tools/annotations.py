@@ -35,7 +35,7 @@ __all__ = [
 STATE_CLASSES: tuple[type, ...] = (State, HaystackState)
 
 
-def unwrap_optional(annotation: Any) -> Any:
+def unwrap_optional(annotation: object) -> Any:
     """
     Strip ``Annotated[...]`` and a single ``| None`` from an annotation.
 
@@ -52,7 +52,7 @@ def unwrap_optional(annotation: Any) -> Any:
     return annotation
 
 
-def is_state_annotation(annotation: Any) -> bool:
+def is_state_annotation(annotation: object) -> bool:
     """
     Tell whether a parameter annotated this way receives the live State object.
 
@@ -75,7 +75,7 @@ def is_state_annotation(annotation: Any) -> bool:
     return isinstance(inner, type) and issubclass(inner, STATE_CLASSES)
 
 
-def context_deps_type(annotation: Any) -> Any:
+def context_deps_type(annotation: object) -> Any:
     """
     Tell whether a parameter annotated this way receives the run's ``RunContext``, and what it expects as deps.
 
@@ -108,14 +108,14 @@ def context_deps_type(annotation: Any) -> Any:
     return Optional[expects]  # noqa: UP045  # T may be a string or a TypeVar, which `| None` does not take
 
 
-def _accepts_none(annotation: Any) -> bool:
+def _accepts_none(annotation: object) -> bool:
     """Whether an annotation is ``X | None`` (or ``Optional[X]``), possibly inside ``Annotated``."""
     if get_origin(annotation) is Annotated:
         return _accepts_none(get_args(annotation)[0])
     return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
 
 
-def contains_callable(annotation: Any) -> bool:
+def contains_callable(annotation: object) -> bool:
     """
     Tell whether an annotation is a callable type, or a union (or ``Annotated``) containing one.
 
@@ -135,7 +135,7 @@ def contains_callable(annotation: Any) -> bool:
     return False
 
 
-def annotation_description(annotation: Any) -> str | None:
+def annotation_description(annotation: object) -> str | None:
     """
     Return the description written in ``Annotated[T, "description", ...]``.
 
@@ -148,7 +148,7 @@ def annotation_description(annotation: Any) -> str | None:
     """
     if get_origin(annotation) is not Annotated:
         return None
-    for metadata in annotation.__metadata__:
+    for metadata in getattr(annotation, "__metadata__", ()):
         if isinstance(metadata, str):
             return metadata
     return None

@@ -25,7 +25,7 @@ import functools
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Union, get_args, get_origin
+from typing import Any, Final, Union, cast, get_args, get_origin
 
 from pydantic import TypeAdapter
 from pydantic.fields import FieldInfo
@@ -34,7 +34,10 @@ from haystack_state.tools.annotations import unwrap_optional
 
 __all__ = ["binary_strings_to_bytes", "coerce_arguments", "coerce_value", "field_defaults"]
 
-_UNHANDLED: Any = object()
+_UNHANDLED: Final = object()
+
+#: Types whose values, when already of exactly that type, pydantic returns as they are: no conversion to look for.
+_AS_THEY_ARE: Final = frozenset({str, int, float, bool})
 
 
 def coerce_arguments(
@@ -81,7 +84,7 @@ def field_defaults(defaults: Mapping[str, Any]) -> dict[str, FieldInfo]:
     return {name: default for name, default in defaults.items() if isinstance(default, FieldInfo)}
 
 
-def coerce_value(value: Any, annotation: Any) -> Any:
+def coerce_value(value: object, annotation: object) -> Any:
     """
     Convert one value to the type of its parameter.
 
@@ -90,6 +93,8 @@ def coerce_value(value: Any, annotation: Any) -> Any:
     :returns: The converted value.
     :raises pydantic.ValidationError: If the value does not fit the type.
     """
+    if type(value) is annotation and annotation in _AS_THEY_ARE:  # the most frequent case, and the quickest
+        return value
     converted = _from_dict(binary_strings_to_bytes(value, annotation), unwrap_optional(annotation))
     if converted is not _UNHANDLED:
         return converted
@@ -97,7 +102,7 @@ def coerce_value(value: Any, annotation: Any) -> Any:
     return adapter.validate_python(value) if adapter is not None else value
 
 
-def binary_strings_to_bytes(value: Any, annotation: Any) -> Any:
+def binary_strings_to_bytes(value: object, annotation: object) -> Any:
     """
     Turn the strings a model sent for ``bytes`` fields of dataclasses into UTF-8 bytes, leaving all else as it is.
 
@@ -148,7 +153,7 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {item.name: hints[item.name] for item in dataclasses.fields(cls) if item.name in hints}
 
 
-def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
+def _adapter(annotation: object) -> TypeAdapter[Any] | None:
     try:
         return _cached_adapter(annotation)
     except TypeError:  # unhashable annotation (e.g. Annotated with a dict): build it uncached
@@ -156,7 +161,7 @@ def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
 
 
 @functools.lru_cache(maxsize=512)
-def _cached_adapter(annotation: Any) -> TypeAdapter[Any] | None:
+def _cached_adapter(annotation: object) -> TypeAdapter[Any] | None:
     return _build_adapter(annotation)
 
 
@@ -167,7 +172,7 @@ def _build_adapter(annotation: Any) -> TypeAdapter[Any] | None:
         return None
 
 
-def _from_dict(value: Any, target: Any) -> Any:
+def _from_dict(value: object, target: object) -> Any:
     """Convert with ``target.from_dict`` (or, for ``list[target]``, item by item); ``_UNHANDLED`` if not such a type."""
     if get_origin(target) in (list, collections.abc.Sequence) and get_args(target) and isinstance(value, list):
         item_type = unwrap_optional(get_args(target)[0])
@@ -175,9 +180,9 @@ def _from_dict(value: Any, target: Any) -> Any:
             return [item_type.from_dict(item) if isinstance(item, dict) else item for item in value]
         return _UNHANDLED
     if isinstance(value, dict) and _has_from_dict(target):
-        return target.from_dict(value)
+        return cast(Any, target).from_dict(value)  # (a class with from_dict: checked just above)
     return _UNHANDLED
 
 
-def _has_from_dict(target: Any) -> bool:
+def _has_from_dict(target: object) -> bool:
     return isinstance(target, type) and callable(getattr(target, "from_dict", None))

@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 
-def input_sockets(component: Any) -> dict[str, InputSocket]:
+def input_sockets(component: object) -> dict[str, InputSocket]:
     """
     Return a component's input sockets.
 
@@ -55,7 +55,7 @@ def input_sockets(component: Any) -> dict[str, InputSocket]:
     return {name: socket for name, socket in sockets.items() if isinstance(socket, InputSocket)}
 
 
-def output_sockets(component: Any) -> dict[str, OutputSocket]:
+def output_sockets(component: object) -> dict[str, OutputSocket]:
     """
     Return a component's output sockets.
 
@@ -67,7 +67,7 @@ def output_sockets(component: Any) -> dict[str, OutputSocket]:
     return {name: socket for name, socket in sockets.items() if isinstance(socket, OutputSocket)}
 
 
-def component_param_descriptions(component: Any) -> dict[str, str]:
+def component_param_descriptions(component: object) -> dict[str, str]:
     """
     Describe a component's inputs from docstrings, as haystack-ai's ``ComponentTool`` does.
 
@@ -102,7 +102,7 @@ def component_param_descriptions(component: Any) -> dict[str, str]:
     return descriptions
 
 
-def component_parameters(component: Any) -> list[ToolParameter]:
+def component_parameters(component: object) -> list[ToolParameter]:
     """
     Describe a component's input sockets as tool parameters.
 
@@ -125,7 +125,7 @@ def component_parameters(component: Any) -> list[ToolParameter]:
     ]
 
 
-def component_tool_name(component: Any) -> str:
+def component_tool_name(component: object) -> str:
     """
     Derive a tool name from a component's class name, the way haystack-ai does (``WebSearch`` -> ``web_search``).
 
@@ -243,7 +243,7 @@ class ComponentTool(HaystackComponentTool):
         # Called by haystack's __init__ when no explicit schema is given: use the one derived (and checked) above.
         return self._derived_schema
 
-    def _convert_param(self, param_value: Any, param_type: type) -> Any:
+    def _convert_param(self, param_value: object, param_type: type) -> Any:
         # The injected State and RunContext are passed as they are; haystack converts every other argument to its
         # socket type, once the strings the model sent for bytes fields (ByteStream.data) are bytes.
         if is_state_annotation(param_type) or context_deps_type(param_type) is not None:

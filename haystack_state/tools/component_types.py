@@ -26,7 +26,7 @@ import dataclasses
 import threading
 import types
 import typing
-from typing import Any, Union, get_args, get_origin
+from typing import Any, Final, Union, get_args, get_origin
 
 from haystack.dataclasses import ChatMessage
 from haystack.tools.tool import Tool
@@ -37,7 +37,7 @@ from haystack_state.tools.docstrings import parse_docstring
 
 __all__ = ["component_schema_type"]
 
-_MISSING: Any = ...
+_MISSING: Final = ...
 
 # When two different models share a class name (a dataclass rewritten here and the same dataclass described natively
 # by pydantic elsewhere in one schema), pydantic names their $defs after module and class. haystack-ai's rewritten
@@ -75,7 +75,7 @@ _models_lock = threading.Lock()
 _local = threading.local()  # the dataclasses being converted by this thread
 
 
-def component_schema_type(annotation: Any) -> Any:
+def component_schema_type(annotation: object) -> Any:
     """
     Rewrite a component socket's type the way haystack-ai's ``ComponentTool`` does before describing it.
 

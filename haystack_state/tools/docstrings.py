@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any
 
 from docstring_parser import parse
 
@@ -32,7 +31,7 @@ class DocstringInfo:
     params: dict[str, str] = field(default_factory=dict)
 
 
-def parse_docstring(obj: Any) -> DocstringInfo:
+def parse_docstring(obj: object) -> DocstringInfo:
     """
     Parse the docstring of a function, method or class.
 

@@ -20,7 +20,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, TypedDict, Unpack, overload
 
 from haystack.tools.errors import ToolInvocationError
 from haystack.tools.tool import Tool
@@ -31,7 +31,31 @@ from haystack_state.tools.coercion import coerce_arguments, field_defaults
 from haystack_state.tools.parameters import EMPTY, function_parameters, layout_parameters
 from haystack_state.tools.validation import check_outputs_to_state, check_outputs_to_string, check_tool_name
 
-__all__ = ["FunctionTool", "tool"]
+__all__ = ["FunctionTool", "ToolOptions", "tool"]
+
+
+class ToolOptions(TypedDict, total=False):
+    """The keyword options of :func:`tool` and :meth:`FunctionTool.from_function`; each is described at :func:`tool`."""
+
+    name: str | None
+    description: str | None
+    inputs_from_state: dict[str, str] | None
+    outputs_to_state: dict[str, dict[str, Any]] | None
+    outputs_to_string: dict[str, Any] | None
+    timeout: float | None
+
+
+def check_options(options: Mapping[str, object], caller: str) -> None:
+    """
+    Refuse an option :class:`ToolOptions` does not name, as a misspelt keyword argument would be.
+
+    :param options: The keyword options given.
+    :param caller: The function they were given to, for the error.
+    :raises TypeError: Naming the first unknown option.
+    """
+    for key in options:
+        if key not in ToolOptions.__annotations__:
+            raise TypeError(f"{caller}() got an unexpected keyword argument '{key}'")
 
 
 @dataclass
@@ -73,32 +97,21 @@ class FunctionTool(Tool):
         self._field_defaults = field_defaults({param.name: param.default for param in params})
 
     @classmethod
-    def from_function(
-        cls,
-        function: Callable[..., Any],
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        inputs_from_state: dict[str, str] | None = None,
-        outputs_to_state: dict[str, dict[str, Any]] | None = None,
-        outputs_to_string: dict[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> FunctionTool:
+    def from_function(cls, function: Callable[..., Any], **options: Unpack[ToolOptions]) -> FunctionTool:
         """
         Create a tool from a function; see :func:`tool` for what each argument means.
 
         :param function: The function (sync or ``async def``).
-        :param name: The tool's name; the function's ``__name__`` by default.
-        :param description: The tool's description; the function's docstring as written by default (as in
-            haystack-ai); ``""`` for none.
-        :param inputs_from_state: ``{"state_key": "param_name"}``: parameters filled from state, hidden from the model.
-        :param outputs_to_state: ``{"state_key": {"source": "output_key", "handler": fn}}``, both keys optional.
-        :param outputs_to_string: How the result is turned into the tool message (haystack-ai's format).
-        :param timeout: The most seconds a call may take; None for the tool runner's default.
+        :param options: ``name``, ``description``, ``inputs_from_state``, ``outputs_to_state``, ``outputs_to_string``
+            and ``timeout``, as :func:`tool` takes them (see :class:`ToolOptions`).
         :returns: The tool.
         :raises ToolDefinitionError: Listing every problem of the definition at once.
-        :raises TypeError: If ``function`` is not callable.
+        :raises TypeError: If ``function`` is not callable, or an option is unknown.
         """
+        check_options(options, "FunctionTool.from_function")
+        name, description = options.get("name"), options.get("description")
+        inputs_from_state, timeout = options.get("inputs_from_state"), options.get("timeout")
+        outputs_to_state, outputs_to_string = options.get("outputs_to_state"), options.get("outputs_to_string")
         if not callable(function):
             raise TypeError(f"@tool needs a function, got {type(function).__name__}.")
         tool_name = name if name is not None else str(getattr(function, "__name__", type(function).__name__))
@@ -193,40 +206,15 @@ class FunctionTool(Tool):
 
 
 @overload
-def tool(
-    function: Callable[..., Any],
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    inputs_from_state: dict[str, str] | None = None,
-    outputs_to_state: dict[str, dict[str, Any]] | None = None,
-    outputs_to_string: dict[str, Any] | None = None,
-    timeout: float | None = None,
-) -> FunctionTool: ...
+def tool(function: Callable[..., Any], **options: Unpack[ToolOptions]) -> FunctionTool: ...
 
 
 @overload
-def tool(
-    function: None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    inputs_from_state: dict[str, str] | None = None,
-    outputs_to_state: dict[str, dict[str, Any]] | None = None,
-    outputs_to_string: dict[str, Any] | None = None,
-    timeout: float | None = None,
-) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def tool(function: None = None, **options: Unpack[ToolOptions]) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
 def tool(
-    function: Callable[..., Any] | None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    inputs_from_state: dict[str, str] | None = None,
-    outputs_to_state: dict[str, dict[str, Any]] | None = None,
-    outputs_to_string: dict[str, Any] | None = None,
-    timeout: float | None = None,
+    function: Callable[..., Any] | None = None, **options: Unpack[ToolOptions]
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """
     Turn a function, sync or ``async def``, into a haystack ``Tool`` (a :class:`FunctionTool`).
@@ -265,6 +253,7 @@ def tool(
         assert fetch.async_function is not None and fetch.function is None
 
     :param function: The function, when used as ``@tool`` (without parentheses) or as ``tool(fn, ...)``.
+    :param options: The keyword options below (:class:`ToolOptions`).
     :param name: The tool's name; the function's ``__name__`` by default.
     :param description: The tool's description; the docstring, as written, by default.
     :param inputs_from_state: ``{"state_key": "param_name"}``: parameters filled from state keys.
@@ -279,25 +268,19 @@ def tool(
         naming a missing parameter, a malformed ``outputs_to_state`` entry (unknown keys, a non-string source, a
         handler that is not callable), a required parameter that nobody could supply (no annotation, a type with no
         JSON schema), an invalid name, etc.
+    :raises TypeError: For an unknown option.
     """
+    check_options(options, "tool")
 
     def decorator(func: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool.from_function(
-            func,
-            name=name,
-            description=description,
-            inputs_from_state=inputs_from_state,
-            outputs_to_state=outputs_to_state,
-            outputs_to_string=outputs_to_string,
-            timeout=timeout,
-        )
+        return FunctionTool.from_function(func, **options)
 
     if function is None:
         return decorator
     return decorator(function)
 
 
-def _timeout_problem(tool_name: str, timeout: Any) -> str | None:
+def _timeout_problem(tool_name: str, timeout: object) -> str | None:
     """Why ``timeout`` is not a valid tool timeout, or None."""
     if timeout is None:
         return None

@@ -49,7 +49,7 @@ def recognize_our_state() -> list[str]:
 
 
 def _widened(original: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    def is_either_state_annotation(annotation: Any) -> bool:
+    def is_either_state_annotation(annotation: object) -> bool:
         return bool(original(annotation)) or is_state_annotation(annotation)
 
     is_either_state_annotation.recognizes_haystack_state = True  # type: ignore[attr-defined]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, Field, create_model
 from pydantic.fields import FieldInfo
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 #: The ``default`` of a :class:`SchemaField` that the model must supply.
-REQUIRED: Any = ...
+REQUIRED: Final = ...
 
 #: How parameters are described: like haystack-ai's function tools, or like its component tools.
 SchemaStyle = Literal["function", "component"]
@@ -123,7 +123,7 @@ def build_parameters_schema(
     return schema
 
 
-def schema_failure(annotation: Any, default: Any = REQUIRED, style: SchemaStyle = "function") -> str | None:
+def schema_failure(annotation: object, default: object = REQUIRED, style: SchemaStyle = "function") -> str | None:
     """
     Tell why a parameter of this type cannot be described to the model, if it cannot.
 
@@ -143,7 +143,7 @@ def schema_failure(annotation: Any, default: Any = REQUIRED, style: SchemaStyle 
     return None
 
 
-def is_required_default(default: Any) -> bool:
+def is_required_default(default: object) -> bool:
     """
     Tell whether a parameter default means "required": :data:`REQUIRED`, or a ``Field(...)`` without a default.
 
@@ -153,7 +153,7 @@ def is_required_default(default: Any) -> bool:
     return default is REQUIRED or (isinstance(default, FieldInfo) and default.is_required())
 
 
-def remove_titles(node: Any) -> None:
+def remove_titles(node: object) -> None:
     """
     Delete the ``title`` keywords of a JSON schema in place, leaving properties and definitions named ``title`` and
     values (defaults, examples, enums) that contain a ``title`` key.

@@ -23,7 +23,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from haystack_state.tools.annotations import (
     annotation_description,
@@ -53,7 +53,7 @@ __all__ = [
 #: The name of the parameter that receives the streaming callback.
 STREAMING_CALLBACK = "streaming_callback"
 #: The marker of "no annotation" and "no default" (``inspect.Parameter.empty``).
-EMPTY: Any = inspect.Parameter.empty
+EMPTY: Final = inspect.Parameter.empty
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ def tool_spec(tool: Tool) -> ToolSpec:
         assert spec.state_params == ("state",)
         assert spec.hidden_params == {"user", "state"}
 
-    :param tool: Any haystack ``Tool`` (including ``ComponentTool`` and this package's tools).
+    :param tool: A haystack ``Tool`` of any kind (including ``ComponentTool`` and this package's tools).
     :returns: Its :class:`ToolSpec`.
     :raises TypeError: If ``tool`` is not a haystack ``Tool``.
     """

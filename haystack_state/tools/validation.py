@@ -32,17 +32,17 @@ _OUTPUT_KEYS = frozenset({"source", "handler"})
 _SINGLE_STRING_KEYS = frozenset({"source", "handler", "raw_result"})
 
 
-def describe_callable(obj: Any) -> str:
+def describe_callable(obj: object) -> str:
     """
     Name a callable for a message.
 
-    :param obj: Any object.
+    :param obj: The object.
     :returns: Its qualified name when it has one, its ``repr`` otherwise.
     """
     return str(getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj))
 
 
-def check_tool_name(name: Any) -> list[str]:
+def check_tool_name(name: object) -> list[str]:
     """
     Check that a tool name is one every LLM provider accepts.
 
@@ -143,7 +143,7 @@ def check_outputs_to_string(
     return problems
 
 
-def _check_source(where: str, source: Any, valid_sources: Collection[str] | None) -> list[str]:
+def _check_source(where: str, source: object, valid_sources: Collection[str] | None) -> list[str]:
     if not isinstance(source, str) or not source:
         return [f"{where} has source {source!r}; a source must be a non-empty string (an output key)."]
     if valid_sources is not None and source not in valid_sources:
@@ -152,7 +152,7 @@ def _check_source(where: str, source: Any, valid_sources: Collection[str] | None
     return []
 
 
-def _check_handler(where: str, handler: Any, arity: int) -> list[str]:
+def _check_handler(where: str, handler: object, arity: int) -> list[str]:
     if not callable(handler):
         return [f"{where} has a handler that is not callable ({handler!r})."]
     try:

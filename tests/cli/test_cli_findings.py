@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 from persistence.harness import postgres_dsn, postgres_schema
-from cli.test_cli import Run, assert_fails, console_script, follow_ups, run
 
 import haystack_state_cli
+from cli.test_cli import Run, assert_fails, console_script, follow_ups, run
 from haystack_state import SQLiteCheckpointer
 from haystack_state._cli_text import plural, score_text
 from haystack_state.cli import main, short_ids

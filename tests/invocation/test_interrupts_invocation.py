@@ -30,6 +30,7 @@ from haystack_state import (
 from haystack_state.interrupts import interrupt_scope
 from haystack_state.invocation import BatchOutcome, PendingCall, run_tool_batch, run_tool_batch_async
 from haystack_state.invocation.run import run_tool_calls
+from haystack_state.invocation.settings import ToolRunSettings
 
 
 def calls(*pairs: tuple[str, dict[str, Any]]) -> list[ChatMessage]:
@@ -153,7 +154,10 @@ def test_a_value_the_codec_cannot_store_fails_the_call() -> None:
         return "never"
 
     outcome = run_tool_batch(
-        calls(("bad_question", {"x": 1})), State({}), tool_specs([bad_question]), raise_on_failure=False
+        calls(("bad_question", {"x": 1})),
+        State({}),
+        tool_specs([bad_question]),
+        settings=ToolRunSettings(raise_on_failure=False),
     )
     assert outcome.interrupts == []
     [(_, text)] = results(outcome.messages)
@@ -251,7 +255,9 @@ def test_interrupts_in_parallel_calls_in_worker_threads() -> None:
         return str(interrupt(f"q{n}"))
 
     messages = calls(("ask", {"n": 0}), ("ask", {"n": 1}), ("ask", {"n": 2}))
-    outcome = run_tool_batch(messages, State({}), tool_specs([ask]), max_workers=3, answers={"c1": ["one"]})
+    outcome = run_tool_batch(
+        messages, State({}), tool_specs([ask]), settings=ToolRunSettings(max_workers=3), answers={"c1": ["one"]}
+    )
     assert results(outcome.messages) == [("c1", "one")]
     assert [(p.call_id, p.value) for p in outcome.interrupts] == [("c0", "q0"), ("c2", "q2")]
 
@@ -361,7 +367,7 @@ def test_on_call_reports_starts_merges_and_interrupts_in_the_calling_thread() ->
         messages,
         State(SCHEMA),
         SPECS,
-        raise_on_failure=False,
+        settings=ToolRunSettings(raise_on_failure=False),
         on_call=lambda kind, data: events.append((kind, data, threading.get_ident())),
     )
     assert {ident for _, _, ident in events} == {threading.get_ident()}

@@ -31,6 +31,7 @@ from haystack_state import (
     tool_spec,
 )
 from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
+from haystack_state.invocation.settings import ToolRunSettings
 from haystack_state.invocation.workers import WORKERS
 from haystack_state.persistence import SQLiteCheckpointer
 from haystack_state.testing import ScriptedChatGenerator
@@ -172,13 +173,16 @@ def test_a_sync_tool_over_time_in_run_async_is_abandoned_and_merges_nothing() ->
     assert state.get("log") == ["before", "q"]
 
 
+LENIENT_TIMED = ToolRunSettings(raise_on_failure=False, tool_timeout=0.1)
+
+
 def test_run_tool_calls_takes_a_tool_timeout() -> None:
     specs = {"waits": tool_spec(waits)}
     messages = calls(("waits", {"seconds": 30}))
-    (message,) = run_tool_calls(messages, State({}), specs, raise_on_failure=False, tool_timeout=0.1)
+    (message,) = run_tool_calls(messages, State({}), specs, settings=LENIENT_TIMED)
     assert message.tool_call_result.error and "timed out after 0.1 s" in message.tool_call_result.result
     RELEASE.set()
-    (message,) = asyncio.run(run_tool_calls_async(messages, State({}), specs, raise_on_failure=False, tool_timeout=0.1))
+    (message,) = asyncio.run(run_tool_calls_async(messages, State({}), specs, settings=LENIENT_TIMED))
     assert message.tool_call_result.result == "waited"
 
 
