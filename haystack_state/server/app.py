@@ -6,7 +6,7 @@ error handlers that answer in the spec's shapes (``{"detail": "..."}``; a 422 na
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,12 +32,13 @@ from haystack_state.server.context import Auth, Limits, Server
 from haystack_state.server.cors import Cors, add_cors, cors_origins
 from haystack_state.server.database import database_for
 from haystack_state.server.executor import AgentExecutor
+from haystack_state.server.records import IdempotencyConflict, QueueFull, ThreadBusy
 from haystack_state.server.routers import assistants as assistants_router
 from haystack_state.server.routers import runs as runs_router
 from haystack_state.server.routers import store as store_router
 from haystack_state.server.routers import threads as threads_router
 from haystack_state.server.runs import AtCapacity, RunManager
-from haystack_state.server.storage import IdempotencyConflict, QueueFull, ServerStorage, ThreadBusy
+from haystack_state.server.storage import ServerStorage
 from haystack_state.server.stores import store_for
 from haystack_state.server.wire import WireError
 from haystack_state.store.base import Store
@@ -165,13 +166,13 @@ def create_app(
     return app
 
 
-def _field(loc: Any) -> str:
+def _field(loc: Iterable[object]) -> str:
     parts = [str(part) for part in loc if part not in ("body", "query", "path")]
     return ".".join(parts) or "body"
 
 
 def _error_handlers(app: FastAPI) -> None:
-    def detail(status: int, message: str, **extra: Any) -> JSONResponse:
+    def detail(status: int, message: str, **extra: object) -> JSONResponse:
         return JSONResponse({"detail": message, **extra}, status_code=status)
 
     @app.exception_handler(RequestValidationError)
@@ -198,25 +199,27 @@ def _error_handlers(app: FastAPI) -> None:
     async def bad_store_field(_: Request, error: store_router.FieldError) -> JSONResponse:
         return store_router.unprocessable_response(error)
 
-    @app.exception_handler(CodecError)
-    async def bad_codec(_: Request, error: CodecError) -> JSONResponse:
-        return detail(422, str(error))
+    # The errors answered with their message alone: (status, the errors, the answer's headers).
+    plain: list[tuple[int, tuple[type[Exception], ...], dict[str, str] | None]] = [
+        (422, (CodecError,), None),
+        (404, (ThreadNotFoundError, CheckpointNotFoundError), None),
+        (409, (ThreadBusy, IdempotencyConflict, ThreadConflictError), None),
+        (429, (AtCapacity, QueueFull), {"Retry-After": "1"}),
+    ]
+    for status, kinds, headers in plain:
+        for kind in kinds:
+            app.add_exception_handler(kind, _plain_handler(status, headers))
 
-    @app.exception_handler(ThreadNotFoundError)
-    @app.exception_handler(CheckpointNotFoundError)
-    async def not_found(_: Request, error: Exception) -> JSONResponse:
-        return detail(404, str(error))
 
-    @app.exception_handler(ThreadBusy)
-    @app.exception_handler(IdempotencyConflict)
-    @app.exception_handler(ThreadConflictError)
-    async def conflict(_: Request, error: Exception) -> JSONResponse:
-        return detail(409, str(error))
+def _plain_handler(
+    status: int, headers: dict[str, str] | None
+) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    """An exception handler that answers ``status`` with the error's message as the ``detail``."""
 
-    @app.exception_handler(AtCapacity)
-    @app.exception_handler(QueueFull)
-    async def busy(_: Request, error: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(error)}, status_code=429, headers={"Retry-After": "1"})
+    async def handle(_: Request, error: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=status, headers=headers)
+
+    return handle
 
 
 class JsonBody:

@@ -12,7 +12,7 @@ from typing import Any
 
 from haystack_state.agent import Agent
 from haystack_state.persistence.base import Checkpointer
-from haystack_state.server.storage import now_text
+from haystack_state.server.records import now_text
 
 __all__ = ["Assistant", "Assistants"]
 

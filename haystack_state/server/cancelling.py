@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from haystack_state.agent import Agent
 from haystack_state.agent.session import RUN_METADATA
 from haystack_state.errors import ThreadNotFoundError
 from haystack_state.persistence.delta import delete, replace
@@ -18,7 +19,7 @@ __all__ = ["CANCEL_ACTIONS", "close_cancelled_run", "rollback_thread"]
 CANCEL_ACTIONS = ("interrupt", "rollback")
 
 
-def close_cancelled_run(agent: Any, thread_id: str, run_id: str) -> None:
+def close_cancelled_run(agent: Agent, thread_id: str, run_id: str) -> None:
     """
     Mark a cancelled run as over on its thread: its head (which the run committed meaning to go on) gets a child
     checkpoint with the same values, marked ``cancelled``, that does not continue it. A run cancelled after the model
@@ -43,7 +44,9 @@ def close_cancelled_run(agent: Any, thread_id: str, run_id: str) -> None:
         if snapshot.pending_tool_calls
         else {}
     )
-    agent.checkpointer.commit(
+    checkpointer = agent.checkpointer
+    assert checkpointer is not None  # (it read the thread)
+    checkpointer.commit(
         thread_id,
         parent_id=meta.checkpoint_id,
         expected_head=meta.checkpoint_id,
@@ -54,7 +57,7 @@ def close_cancelled_run(agent: Any, thread_id: str, run_id: str) -> None:
     )
 
 
-def rollback_thread(agent: Any, thread_id: str, checkpoint_id: str | None, run_id: str) -> None:
+def rollback_thread(agent: Agent, thread_id: str, checkpoint_id: str | None, run_id: str) -> None:
     """
     Restore a thread to the values it had at ``checkpoint_id`` (a cancelled run's starting point) with a new
     checkpoint on top of its head; with no checkpoint (the run was the thread's first), delete its checkpoints.
@@ -65,6 +68,7 @@ def rollback_thread(agent: Any, thread_id: str, checkpoint_id: str | None, run_i
     :param run_id: The cancelled run (recorded in the new checkpoint's metadata).
     """
     checkpointer = agent.checkpointer
+    assert checkpointer is not None, "a thread's Agent has a checkpointer"
     if checkpoint_id is None:
         with contextlib.suppress(KeyError):
             checkpointer.delete_thread(thread_id)

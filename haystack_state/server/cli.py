@@ -80,7 +80,7 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
+def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """
     Add the ``serve`` sub-command to a parser's sub-commands.
 
@@ -206,7 +206,7 @@ def load_agents(targets: Sequence[str], checkpointer: Checkpointer | None) -> di
         except ImportError as error:
             raise ServeError(f"'{target}': cannot import {module_name}: {error}") from error
         try:
-            value: Any = getattr(module, attribute)
+            value: object = getattr(module, attribute)
         except AttributeError:
             raise ServeError(f"'{target}': {module_name} has no attribute '{attribute}'") from None
         if callable(value) and not isinstance(value, Agent):

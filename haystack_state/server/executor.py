@@ -31,6 +31,8 @@ from haystack_state.agent import Agent
 from haystack_state.agent.events import AgentEvent, RunStarted
 from haystack_state.errors import ThreadBusyError, ThreadNotFoundError
 from haystack_state.server.assistants import Assistant
+from haystack_state.server.listener import process_gone
+from haystack_state.server.records import ThreadStatus
 from haystack_state.server.streams import StreamTranslator
 from haystack_state.server.views import outcome_status, snapshot_values, values_view
 
@@ -103,7 +105,7 @@ class RunOutcome:
     status: Literal["success", "interrupted", "error"]
     values: dict[str, Any] | None
     error: dict[str, str] | None
-    thread_status: str
+    thread_status: ThreadStatus
     cancelled: bool = False
     started: bool = False
     started_from: str | None = None
@@ -126,8 +128,6 @@ async def _outlive(agent: Agent, thread_id: str, error: ThreadBusyError, *, wait
     host) is gone; else, with ``wait``, sleep until it expires. Returns False if the lease is held still (a live run
     renewed it, or it is not for us to wait).
     """
-    from haystack_state.server.runs import process_gone  # (runs imports this module)
-
     checkpointer = agent.checkpointer
     assert checkpointer is not None
     lease = await checkpointer.aread_lease(thread_id)

@@ -84,7 +84,7 @@ class LiveRun:
             self.cancel_action = action
         self.stop.set()
 
-    async def emit(self, event: str, data: Any) -> None:
+    async def emit(self, event: str, data: object) -> None:
         """Record an event and wake the followers."""
         self.events.append((event, data))
         self._wake()

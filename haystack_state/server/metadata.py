@@ -5,8 +5,8 @@ Thread metadata as the server stores and queries it: JSON text in its threads ta
 What the server writes can always be queried: requests are checked at the edge (see
 :mod:`haystack_state.server.text` and the request models). A row that the database cannot query, written before that
 check (a NUL character, which PostgreSQL's jsonb cannot hold; a lone surrogate; ``NaN``, which is not JSON) never
-fails a search: the database leaves it out of its filter, and :meth:`ServerStorage.search_threads
-<haystack_state.server.storage.ServerStorage.search_threads>` matches it here, in Python, on its repaired metadata.
+fails a search: the database leaves it out of its filter, and :meth:`ThreadTable.search_threads
+<haystack_state.server.thread_table.ThreadTable.search_threads>` matches it here, in Python, on its repaired metadata.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ logger = logging.getLogger(__name__)
 _UNQUERYABLE_POSTGRES = r"\\u(0000|[dD][89a-fA-F])|NaN|Infinity"
 
 
-def dumps(value: Any) -> str:
+def dumps(value: object) -> str:
     """Metadata as stored: compact JSON text, non-ASCII text kept."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def loads(text: Any, thread_id: str | None = None) -> dict[str, Any]:
+def loads(text: object, thread_id: str | None = None) -> dict[str, Any]:
     """
     Stored metadata (or a run's stored JSON), as it may be read: never fails. Lone surrogates stored before they
     were refused read as U+FFFD and ``NaN``/``Infinity`` (not JSON) as null, with a warning naming the thread; text
@@ -129,7 +129,7 @@ def matches(dialect: str, stored: Mapping[str, Any], wanted: Mapping[str, Any]) 
     return all(_equal(stored.get(key), value) for key, value in wanted.items())
 
 
-def _scalar_equal(a: Any, b: Any) -> bool:
+def _scalar_equal(a: object, b: object) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
@@ -137,7 +137,7 @@ def _scalar_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _equal(a: Any, b: Any) -> bool:
+def _equal(a: object, b: object) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_equal(a[key], b[key]) for key in a)
     if isinstance(a, list) and isinstance(b, list):
@@ -147,7 +147,7 @@ def _equal(a: Any, b: Any) -> bool:
     return _scalar_equal(a, b)
 
 
-def _contains(stored: Any, wanted: Any) -> bool:
+def _contains(stored: object, wanted: object) -> bool:
     """PostgreSQL's ``jsonb @>``: objects by key, arrays by element (each wanted one in some stored one)."""
     if isinstance(wanted, dict):
         return isinstance(stored, dict) and all(key in stored and _contains(stored[key], wanted[key]) for key in wanted)

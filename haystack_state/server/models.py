@@ -10,11 +10,12 @@ as JSON; every other text check of a request is made at the edge for every field
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from haystack_state.server.records import MultitaskStrategy, ThreadStatus
 from haystack_state.server.streams import STREAM_MODES, SUPPORTED_STREAM_MODES
 from haystack_state.text import find_bad_text
 
@@ -33,6 +34,7 @@ __all__ = [
     "ThreadSearch",
 ]
 
+T = TypeVar("T")
 
 #: The policies for new input on a thread whose last run stopped with tool calls unanswered.
 UNFINISHED_CALLS_POLICIES = ("finish", "close", "refuse")
@@ -42,13 +44,18 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _unsupported(value: Any, what: str) -> Any:
-    if value not in (None, [], {}, False):
-        raise ValueError(f"{what} is not supported by this server")
-    return value
+def _unsupported(what: str) -> AfterValidator:
+    """A field's check that refuses any value but an empty one, naming what the server does not support."""
+
+    def check(value: T) -> T:
+        if value not in (None, [], {}, False):
+            raise ValueError(f"{what} is not supported by this server")
+        return value
+
+    return AfterValidator(check)
 
 
-def _queryable(value: Any) -> Any:
+def _queryable(value: T) -> T:
     """
     Refuse what thread metadata (or a thread id) cannot hold on every database: a NUL character (PostgreSQL's text
     and jsonb refuse it, and a SQLite JSON path cannot name a key holding one). The error names where it is.
@@ -61,6 +68,16 @@ def _queryable(value: Any) -> Any:
     raise ValidationError.from_exception_data("text", [InitErrorDetails(type=error, loc=loc, input=value)])
 
 
+#: A JSON object of a request (metadata, a filter, a config), as sent.
+Metadata = dict[str, Any]
+#: Thread metadata (or a metadata filter) the databases can store and query.
+StorableMetadata = Annotated[Metadata | None, AfterValidator(_queryable)]
+#: A ``ttl`` (threads that expire): not supported.
+NoTtl = Annotated[Metadata | None, _unsupported("ttl")]
+#: A filter on threads' values: not supported.
+NoValuesFilter = Annotated[Metadata | None, _unsupported("filtering threads by state values")]
+
+
 class CheckpointRef(BaseModel):
     """A checkpoint reference: ``{"checkpoint_id": ..., "thread_id"?, "checkpoint_ns"?, ...}``."""
 
@@ -69,17 +86,18 @@ class CheckpointRef(BaseModel):
     checkpoint_ns: str = ""
 
 
+_GRAPH_COMMAND = _unsupported("this command (an Agent has no graph nodes to go to; use threads' update_state)")
+
+
 class Command(_Body):
     """A run's command: ``resume`` answers the thread's interrupt; ``update`` and ``goto`` are not supported."""
 
-    resume: Any = None
-    update: Any = None
-    goto: Any = None
+    resume: object = None
+    update: Annotated[object, _GRAPH_COMMAND] = None
+    goto: Annotated[object, _GRAPH_COMMAND] = None
 
-    @field_validator("update", "goto")
-    @classmethod
-    def _refuse(cls, value: Any) -> Any:
-        return _unsupported(value, "this command (an Agent has no graph nodes to go to; use threads' update_state)")
+
+_RUN_INTERRUPTS = _unsupported("choosing interrupts per run (give the Agent interrupt_before=[...] instead)")
 
 
 class RunCreate(_Body):
@@ -94,36 +112,21 @@ class RunCreate(_Body):
     stream_mode: str | list[str] = Field(default="values", validate_default=True)
     stream_subgraphs: bool = False
     stream_resumable: bool = False
-    interrupt_before: Literal["*"] | list[str] | None = None
-    interrupt_after: Literal["*"] | list[str] | None = None
+    interrupt_before: Annotated[Literal["*"] | list[str] | None, _RUN_INTERRUPTS] = None
+    interrupt_after: Annotated[Literal["*"] | list[str] | None, _RUN_INTERRUPTS] = None
     feedback_keys: list[str] | None = None
-    webhook: str | None = None
+    webhook: Annotated[str | None, _unsupported("webhook")] = None
     checkpoint: CheckpointRef | None = None
     checkpoint_id: str | None = None
     checkpoint_during: bool | None = None
-    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
+    multitask_strategy: MultitaskStrategy = "reject"
     if_not_exists: Literal["create", "reject"] = "reject"
     on_disconnect: Literal["cancel", "continue"] | None = None
     on_completion: Literal["delete", "keep"] | None = None
-    after_seconds: float | None = None
+    after_seconds: Annotated[float | None, _unsupported("after_seconds (scheduled runs)")] = None
     durability: Literal["sync", "async", "exit"] | None = None
     strict_resume: bool | None = None
     langsmith_tracer: dict[str, Any] | None = None
-
-    @field_validator("interrupt_before", "interrupt_after")
-    @classmethod
-    def _no_run_interrupts(cls, value: Any) -> Any:
-        return _unsupported(value, "choosing interrupts per run (give the Agent interrupt_before=[...] instead)")
-
-    @field_validator("webhook")
-    @classmethod
-    def _no_webhook(cls, value: Any) -> Any:
-        return _unsupported(value, "webhook")
-
-    @field_validator("after_seconds")
-    @classmethod
-    def _no_delay(cls, value: Any) -> Any:
-        return _unsupported(value, "after_seconds (scheduled runs)")
 
     @field_validator("stream_mode")
     @classmethod
@@ -178,94 +181,41 @@ class RunCreate(_Body):
 class ThreadCreate(_Body):
     """The body of ``POST /threads``."""
 
-    thread_id: str | None = Field(default=None, min_length=1, max_length=256)
-    metadata: dict[str, Any] | None = None
+    thread_id: Annotated[str | None, AfterValidator(_queryable)] = Field(default=None, min_length=1, max_length=256)
+    metadata: StorableMetadata = None
     if_exists: Literal["raise", "do_nothing"] = "raise"
-    supersteps: list[Any] | None = None
-    ttl: dict[str, Any] | None = None
-
-    @field_validator("thread_id", "metadata")
-    @classmethod
-    def _storable(cls, value: Any) -> Any:
-        return _queryable(value)
-
-    @field_validator("supersteps")
-    @classmethod
-    def _no_supersteps(cls, value: Any) -> Any:
-        return _unsupported(value, "supersteps (create the thread, then update_state)")
-
-    @field_validator("ttl")
-    @classmethod
-    def _no_ttl(cls, value: Any) -> Any:
-        return _unsupported(value, "ttl")
+    supersteps: Annotated[list[Any] | None, _unsupported("supersteps (create the thread, then update_state)")] = None
+    ttl: NoTtl = None
 
 
 class ThreadPatch(_Body):
     """The body of ``PATCH /threads/{id}``: metadata to merge."""
 
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    ttl: dict[str, Any] | None = None
-
-    @field_validator("metadata")
-    @classmethod
-    def _storable(cls, value: Any) -> Any:
-        return _queryable(value)
-
-    @field_validator("ttl")
-    @classmethod
-    def _no_ttl(cls, value: Any) -> Any:
-        return _unsupported(value, "ttl")
-
-
-ThreadStatusName = Literal["idle", "busy", "interrupted", "error"]
+    metadata: Annotated[Metadata, AfterValidator(_queryable)] = Field(default_factory=dict)
+    ttl: NoTtl = None
 
 
 class ThreadSearch(_Body):
     """The body of ``POST /threads/search``."""
 
-    metadata: dict[str, Any] | None = None
-    values: dict[str, Any] | None = None
-    ids: list[str] | None = None
-    status: ThreadStatusName | None = None
+    metadata: StorableMetadata = None
+    values: NoValuesFilter = None
+    ids: Annotated[list[str] | None, AfterValidator(_queryable)] = None
+    status: ThreadStatus | None = None
     limit: int = Field(default=10, ge=1, le=1000)
     offset: int = Field(default=0, ge=0)
     sort_by: Literal["thread_id", "status", "created_at", "updated_at"] = "created_at"
     sort_order: Literal["asc", "desc"] = "desc"
     select: list[str] | None = None
-    extract: dict[str, Any] | None = None
-
-    @field_validator("metadata", "ids")
-    @classmethod
-    def _storable(cls, value: Any) -> Any:
-        return _queryable(value)
-
-    @field_validator("values")
-    @classmethod
-    def _no_values(cls, value: Any) -> Any:
-        return _unsupported(value, "filtering threads by state values")
-
-    @field_validator("extract")
-    @classmethod
-    def _no_extract(cls, value: Any) -> Any:
-        return _unsupported(value, "extract")
+    extract: Annotated[Metadata | None, _unsupported("extract")] = None
 
 
 class ThreadCount(_Body):
     """The body of ``POST /threads/count``."""
 
-    metadata: dict[str, Any] | None = None
-    values: dict[str, Any] | None = None
-    status: ThreadStatusName | None = None
-
-    @field_validator("metadata")
-    @classmethod
-    def _storable(cls, value: Any) -> Any:
-        return _queryable(value)
-
-    @field_validator("values")
-    @classmethod
-    def _no_values(cls, value: Any) -> Any:
-        return _unsupported(value, "filtering threads by state values")
+    metadata: StorableMetadata = None
+    values: NoValuesFilter = None
+    status: ThreadStatus | None = None
 
 
 class StateUpdate(_Body):

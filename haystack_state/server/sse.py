@@ -26,7 +26,7 @@ __all__ = ["EventStream", "frame", "frames"]
 logger = logging.getLogger(__name__)
 
 
-def frame(number: str | None, event: str, data: Any) -> bytes:
+def frame(number: str | None, event: str, data: object) -> bytes:
     """
     One event as sent: its id (if any), its name and its data as compact JSON (which holds no line break: JSON
     escapes them), each on a line of its own.

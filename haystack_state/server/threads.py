@@ -23,7 +23,7 @@ from haystack_state.persistence.delta import replace
 from haystack_state.persistence.records import CheckpointMeta
 from haystack_state.server.assistants import Assistant
 from haystack_state.server.context import Server
-from haystack_state.server.storage import ThreadRecord
+from haystack_state.server.records import ThreadRecord
 from haystack_state.state import State
 
 __all__ = [

@@ -14,7 +14,7 @@ from haystack_state.agent.session import ThreadSnapshot
 from haystack_state.persistence.codec import encode
 from haystack_state.persistence.records import CheckpointMeta
 from haystack_state.server.interrupts import interrupts_of
-from haystack_state.server.storage import RunRecord, ThreadRecord
+from haystack_state.server.records import RunRecord, ThreadRecord, ThreadStatus
 from haystack_state.server.wire import values_to_wire
 
 __all__ = [
@@ -41,7 +41,7 @@ def checkpoint_ref(thread_id: str, checkpoint_id: str | None) -> dict[str, Any] 
     return {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id, "checkpoint_map": None}
 
 
-def outcome_status(snapshot: ThreadSnapshot | None) -> str:
+def outcome_status(snapshot: ThreadSnapshot | None) -> ThreadStatus:
     """A thread's status from its head: ``interrupted`` (it waits on an interrupt) or ``idle``."""
     return "interrupted" if snapshot is not None and interrupts_of(snapshot) else "idle"
 

@@ -171,36 +171,37 @@ def _tool_call_to_wire(call: ToolCall) -> dict[str, Any]:
     return out
 
 
-def _block(part: Any) -> dict[str, Any]:
+def _block(part: object) -> dict[str, Any]:
     if isinstance(part, TextContent):
         return {"type": "text", "text": part.text}
     if isinstance(part, ImageContent):
-        block: dict[str, Any] = {
-            "type": "image",
-            "source_type": "base64",
-            "data": part.base64_image,
-            "mime_type": part.mime_type,
-        }
-        if part.detail is not None:
-            block["detail"] = part.detail
-        if part.meta:
-            block["metadata"] = encode(dict(part.meta), where="image meta")
-        return block
+        block = {"type": "image", "source_type": "base64", "data": part.base64_image, "mime_type": part.mime_type}
+        return _completed(block, "detail", part.detail, "metadata", part.meta, "image meta")
     if isinstance(part, FileContent):
         block = {"type": "file", "source_type": "base64", "data": part.base64_data, "mime_type": part.mime_type}
-        if part.filename is not None:
-            block["filename"] = part.filename
-        if part.extra:
-            block["metadata"] = encode(dict(part.extra), where="file extra")
-        return block
+        return _completed(block, "filename", part.filename, "metadata", part.extra, "file extra")
     if isinstance(part, ReasoningContent):
         block = {"type": "reasoning", "reasoning": part.reasoning_text}
-        if part.extra:
-            block["extra"] = encode(dict(part.extra), where="reasoning extra")
-        return block
+        return _completed(block, None, None, "extra", part.extra, "reasoning extra")
     if isinstance(part, ToolCallResult):
         return {"type": "tool_result", "value": encode(part, where="tool result")}
     return {"type": "non_standard", "value": encode(part, where="message content")}
+
+
+def _completed(
+    block: dict[str, Any],
+    key: str | None,
+    value: str | None,
+    meta_key: str,
+    meta: Mapping[str, Any] | None,
+    where: str,
+) -> dict[str, Any]:
+    """A content block with its optional ``key`` (when its value is set) and its metadata (when not empty)."""
+    if key is not None and value is not None:
+        block[key] = value
+    if meta:
+        block[meta_key] = encode(dict(meta), where=where)
+    return block
 
 
 def values_to_wire(
@@ -227,7 +228,9 @@ def values_to_wire(
 # --- from the wire -------------------------------------------------------------------------------------------------
 
 
-def message_from_wire(data: Any, *, field: str = "message", calls: Mapping[str, ToolCall] | None = None) -> ChatMessage:
+def message_from_wire(
+    data: object, *, field: str = "message", calls: Mapping[str, ToolCall] | None = None
+) -> ChatMessage:
     """
     Convert a LangChain-style message dict (``type`` or ``role``) to a ChatMessage.
 
@@ -271,7 +274,7 @@ def message_from_wire(data: Any, *, field: str = "message", calls: Mapping[str, 
     return ChatMessage(_role=role, _content=[*parts, *tool_calls], _name=name, _meta=meta)
 
 
-def messages_from_wire(items: Any, *, field: str = "messages") -> list[ChatMessage]:
+def messages_from_wire(items: object, *, field: str = "messages") -> list[ChatMessage]:
     """
     Convert a list of LangChain-style message dicts; a tool message finds its call among the AI messages before it.
 
@@ -288,7 +291,7 @@ def messages_from_wire(items: Any, *, field: str = "messages") -> list[ChatMessa
     return out
 
 
-def values_from_wire(data: Any, *, field: str = "input") -> dict[str, Any]:
+def values_from_wire(data: object, *, field: str = "input") -> dict[str, Any]:
     """
     Convert JSON data to state values: ``messages`` from LangChain-style dicts, every other key through the codec.
 
@@ -312,7 +315,7 @@ def values_from_wire(data: Any, *, field: str = "input") -> dict[str, Any]:
 
 def _tool_from_wire(
     data: Mapping[str, Any],
-    content: Any,
+    content: object,
     extras: Mapping[str, Any],
     meta: dict[str, Any],
     field: str,
@@ -333,7 +336,7 @@ def _tool_from_wire(
         if not isinstance(tool_name, str) or not tool_name:
             raise WireError(f"{field}.name", f"names no tool, and no earlier AI message made call '{call_id}'")
         origin = ToolCall(tool_name=tool_name, arguments={}, id=call_id)
-    result: Any
+    result: str | list[Any]
     if isinstance(content, str):
         result = content
     else:
@@ -349,7 +352,7 @@ def _tool_from_wire(
     )
 
 
-def _tool_call_from_wire(data: Any, field: str) -> ToolCall:
+def _tool_call_from_wire(data: object, field: str) -> ToolCall:
     if not isinstance(data, Mapping):
         raise WireError(field, f"a tool call must be an object, got {type(data).__name__}")
     name, args, call_id = data.get("name"), data.get("args", {}), data.get("id")
@@ -363,7 +366,7 @@ def _tool_call_from_wire(data: Any, field: str) -> ToolCall:
     return ToolCall(tool_name=name, arguments=dict(args), id=call_id, extra=extra)
 
 
-def _parts(content: Any, field: str, *, allow_empty_text: bool) -> list[Any]:
+def _parts(content: object, field: str, *, allow_empty_text: bool) -> list[Any]:
     if isinstance(content, str):
         return [TextContent(content)] if content or allow_empty_text else []
     if not isinstance(content, list):
@@ -371,20 +374,17 @@ def _parts(content: Any, field: str, *, allow_empty_text: bool) -> list[Any]:
     return [_part(block, f"{field}.{i}") for i, block in enumerate(content)]
 
 
-def _part(block: Any, field: str) -> Any:
+def _part(block: object, field: str) -> Any:
     if isinstance(block, str):
         return TextContent(block)
     if not isinstance(block, Mapping):
         raise WireError(field, f"a content block must be an object or a string, got {type(block).__name__}")
     kind = block.get("type")
     if kind == "text":
-        if not isinstance(block.get("text"), str):
-            raise WireError(f"{field}.text", "must be a string")
-        return TextContent(block["text"])
+        return TextContent(_required_str(block, "text", field))
     if kind == "reasoning":
-        if not isinstance(block.get("reasoning"), str):
-            raise WireError(f"{field}.reasoning", "must be a string")
-        return ReasoningContent(block["reasoning"], extra=_decode_object(block.get("extra"), f"{field}.extra"))
+        reasoning = _required_str(block, "reasoning", field)
+        return ReasoningContent(reasoning, extra=_decode_object(block.get("extra"), f"{field}.extra"))
     if kind in ("image", "file"):
         if block.get("source_type", "base64") != "base64" or not isinstance(block.get("data"), str):
             raise WireError(f"{field}.data", f"an {kind} block needs base64 'data' (source_type 'base64')")
@@ -415,6 +415,13 @@ def _part(block: Any, field: str) -> Any:
     raise WireError(f"{field}.type", f"must be text, image, file or reasoning, got {kind!r}")
 
 
+def _required_str(data: Mapping[str, Any], key: str, field: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise WireError(f"{field}.{key}", "must be a string")
+    return value
+
+
 def _optional_str(data: Mapping[str, Any], key: str, field: str) -> str | None:
     value = data.get(key)
     if value is not None and not isinstance(value, str):
@@ -422,7 +429,7 @@ def _optional_str(data: Mapping[str, Any], key: str, field: str) -> str | None:
     return value
 
 
-def _decode_object(value: Any, field: str) -> dict[str, Any]:
+def _decode_object(value: object, field: str) -> dict[str, Any]:
     if value is None:
         return {}
     try:

@@ -13,8 +13,9 @@ import pytest
 from haystack_state.server.database import database_for
 from haystack_state.server.executor import RunOutcome
 from haystack_state.server.live import LiveRun
+from haystack_state.server.records import RunRecord, now_text
 from haystack_state.server.runs import RunManager
-from haystack_state.server.storage import RunRecord, ServerStorage, now_text
+from haystack_state.server.storage import ServerStorage
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)

@@ -32,11 +32,11 @@ from haystack_state.server.assistants import Assistant
 from haystack_state.server.context import Server
 from haystack_state.server.executor import RunJob, takes_answers
 from haystack_state.server.interrupts import pending_requests, resume_from_command, unfinished_policy_of
-from haystack_state.server.live import Cursor, Sent, parse_event_id
+from haystack_state.server.live import Cursor, LiveRun, Sent, parse_event_id
 from haystack_state.server.models import RunCreate
-from haystack_state.server.runs import LiveRun, job_from_kwargs, new_run
+from haystack_state.server.records import Idempotency, RunRecord, ThreadRecord
+from haystack_state.server.run_jobs import job_from_kwargs, new_run
 from haystack_state.server.sse import EventStream, frames
-from haystack_state.server.storage import Idempotency, RunRecord, ThreadRecord
 from haystack_state.server.text import CallerDep
 from haystack_state.server.threads import head_async, not_found, owned_thread
 from haystack_state.server.views import run_view
@@ -340,7 +340,7 @@ async def cancel_run(
     """
     server, user = caller
     run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
-    await server.runs.cancel(run, action)
+    await server.runs.cancel(run, "rollback" if action == "rollback" else "interrupt")  # (as the pattern checked)
     if wait:
         await server.runs.wait(run)
     return Response(status_code=204)

@@ -30,7 +30,7 @@ from haystack_state.server.models import (
     ThreadPatch,
     ThreadSearch,
 )
-from haystack_state.server.storage import ThreadBusy, ThreadRecord
+from haystack_state.server.records import ThreadBusy, ThreadRecord
 from haystack_state.server.text import check_request
 from haystack_state.server.threads import (
     agent_of,
