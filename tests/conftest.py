@@ -15,6 +15,6 @@ import os
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
-from persistence.harness import postgres_dsn, postgres_schema  # noqa: E402
+from persistence.harness import postgres_dsn, postgres_schema
 
 __all__ = ["postgres_dsn", "postgres_schema"]
