@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SQLiteSchema",
+    "check_postgres_version",
     "migrate_postgres",
     "migrate_sqlite",
     "postgres_schemas_with",
@@ -124,6 +125,42 @@ def postgres_version(
         row = conn.execute(q("SELECT COALESCE(MAX(version), 0) FROM {migrations}")).fetchone()
         return int(row[0]) if row is not None else 0
     return 0
+
+
+def check_postgres_version(
+    conn: psycopg.Connection[Any],
+    q: Callable[[str], sql.Composed],
+    migrations: Sequence[Sequence[str]],
+    error: Callable[[str], Exception],
+    *,
+    schema: str,
+    table: str,
+    owner: str,
+    holds: str,
+) -> None:
+    """
+    For a read-only open: the schema must hold this version's tables (it cannot be migrated), else ``error``.
+
+    :param conn: A psycopg connection (a read-only session is enough).
+    :param q: Formats ``{migrations}`` as the qualified name of ``table``.
+    :param migrations: The statements of each migration, in order.
+    :param error: The owner's error class.
+    :param schema: The PostgreSQL schema.
+    :param table: The name of the table recording the applied versions.
+    :param owner: The owner's class name, for the errors (``"PostgresStore"``).
+    :param holds: What a schema of the owner holds, for the error of one at version 0 (``"no store (it has no
+        haystack_state_store table)"``).
+    """
+    current = postgres_version(conn, schema, table, q)
+    if current is None:
+        raise error(f"The schema '{schema}' does not exist; a read-only {owner} creates nothing.")
+    if current == 0:
+        raise error(f"The schema '{schema}' holds {holds}; a read-only {owner} creates nothing.")
+    if current != len(migrations):
+        raise error(
+            f"The schema '{schema}' is at version {current}, and this haystack-state reads version "
+            f"{len(migrations)}; a read-only {owner} cannot migrate it (open it once without read_only to migrate it)."
+        )
 
 
 def postgres_schemas_with(conn: psycopg.Connection[Any], table: str) -> list[str]:

@@ -29,7 +29,7 @@ from haystack_state.persistence.cache import HeadCache
 from haystack_state.persistence.chain import (
     corrupt_error,
 )
-from haystack_state.persistence.checkpoint_flows import CheckpointFlows, check_commit, conflict_error
+from haystack_state.persistence.checkpoint_flows import CheckpointFlows, check_commit, conflict_error, encode_commit
 from haystack_state.persistence.delta import (
     Delta,
     Source,
@@ -145,10 +145,8 @@ class Checkpointer(CheckpointFlows):
         :raises CheckpointStorageError: If the storage fails (nothing is written).
         :raises ValueError: If the thread id, delta, source, step or tool names are malformed.
         """
-        flow = self._commit_flow(
-            thread_id, parent_id, expected_head, delta, step, source, tool_names, metadata, lease, frozen
-        )
-        return self._drive(flow)
+        commit = encode_commit(thread_id, parent_id, delta, step, source, tool_names, metadata)
+        return self._drive(self._commit_flow(commit, expected_head, lease, frozen))
 
     async def acommit(
         self,
@@ -165,10 +163,8 @@ class Checkpointer(CheckpointFlows):
         frozen: bool = False,
     ) -> CheckpointMeta:
         """:meth:`commit`, awaiting the storage instead of blocking on it."""
-        flow = self._commit_flow(
-            thread_id, parent_id, expected_head, delta, step, source, tool_names, metadata, lease, frozen
-        )
-        return await self._adrive(flow)
+        commit = encode_commit(thread_id, parent_id, delta, step, source, tool_names, metadata)
+        return await self._adrive(self._commit_flow(commit, expected_head, lease, frozen))
 
     def get(self, thread_id: str, checkpoint_id: str | None = None, *, read_only: bool = False) -> Checkpoint:
         """

@@ -280,15 +280,23 @@ def freeze_owned(value: Any) -> Any:
         fields = tuple(field.name for field in dataclasses.fields(kind)) if is_dataclass else None
         _DATACLASS_FIELDS[kind] = fields
     if fields is not None:
-        for name in fields:
-            inner = getattr(value, name, _UNSET)
-            if inner is _UNSET or type(inner) in _SHARED:
-                continue
-            frozen = freeze_owned(inner)
-            if frozen is not inner:
-                object.__setattr__(value, name, frozen)  # bypasses frozen dataclasses and haystack's mutation warning
+        _convert_fields(value, value, fields, freeze_owned)
         return value
     return freeze(value)
+
+
+def _convert_fields(source: object, target: object, names: tuple[str, ...], convert: Callable[[Any], Any]) -> None:
+    """
+    Set each field of ``target`` that ``convert`` changes to ``convert`` of ``source``'s (fields of shared, immutable
+    types are left as they are).
+    """
+    for name in names:
+        inner = getattr(source, name, _UNSET)
+        if inner is _UNSET or type(inner) in _SHARED:
+            continue
+        converted = convert(inner)
+        if converted is not inner:
+            object.__setattr__(target, name, converted)  # bypasses frozen dataclasses and haystack's mutation warning
 
 
 def freeze_delta(delta: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -462,13 +470,7 @@ def _dataclass_copier(kind: type) -> Callable[[Any], Any]:
 
     def copier(value: object) -> Any:
         clone = shallow_copy(value)
-        for name in names:
-            inner = getattr(value, name, _UNSET)
-            if inner is _UNSET or type(inner) in _SHARED:
-                continue
-            copied = fresh_copy(inner)
-            if copied is not inner:
-                object.__setattr__(clone, name, copied)  # bypasses frozen dataclasses and haystack's mutation warning
+        _convert_fields(value, clone, names, fresh_copy)
         return clone
 
     if not copies_by_dict(kind):

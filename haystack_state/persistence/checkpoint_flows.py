@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from haystack_state.errors import (
     CheckpointError,
@@ -60,7 +60,7 @@ from haystack_state.persistence.records import (
 from haystack_state.persistence.retention import ttl_seconds
 from haystack_state.text import find_bad_text
 
-__all__ = ["CheckpointFlows", "check_commit", "conflict_error"]
+__all__ = ["CheckpointFlows", "EncodedCommit", "check_commit", "conflict_error", "encode_commit"]
 
 
 def conflict_error(thread_id: str, expected_head: str | None, actual_head: str | None) -> ThreadConflictError:
@@ -107,6 +107,64 @@ def check_commit(
         raise CheckpointNotFoundError(row.thread_id, row.parent_id)
 
 
+class EncodedCommit(NamedTuple):
+    """
+    A commit's arguments (see :meth:`~haystack_state.persistence.base.Checkpointer.commit`), checked and encoded by
+    :func:`encode_commit` before anything is read or written.
+
+    :param delta: The delta as given (a ``frozen`` commit's head cache adopts its values).
+    :param encoded: The delta's operations, their values encoded.
+    :param delta_text: The delta's JSON text, as stored.
+    :param metadata: The metadata, encoded.
+    :param metadata_text: Its JSON text, as stored.
+    """
+
+    thread_id: str
+    parent_id: str | None
+    step: int
+    source: str
+    tool_names: tuple[str, ...]
+    delta: Delta
+    encoded: dict[str, dict[str, Any]]
+    delta_text: str
+    metadata: Any
+    metadata_text: str
+
+
+def encode_commit(
+    thread_id: str,
+    parent_id: str | None,
+    delta: Delta,
+    step: int,
+    source: Source,
+    tool_names: Sequence[str],
+    metadata: dict[str, Any] | None,
+) -> EncodedCommit:
+    """
+    Check a commit's arguments and encode its delta and metadata (the parameters and errors are
+    :meth:`~haystack_state.persistence.base.Checkpointer.commit`'s).
+    """
+    _check_commit_args(thread_id, step, source, tool_names, metadata)
+    if parent_id is not None and not valid_checkpoint_id(parent_id):
+        raise CheckpointNotFoundError(thread_id, repr(parent_id))
+    encoded = encode_delta(delta)
+    encoded_metadata = encode(dict(metadata or {}), where="metadata")
+    delta_text = delta_json(delta, encoded)
+    metadata_text = checked_json(encoded_metadata, metadata, "The checkpoint metadata")
+    return EncodedCommit(
+        thread_id,
+        parent_id,
+        step,
+        source,
+        tuple(tool_names),
+        delta,
+        encoded,
+        delta_text,
+        encoded_metadata,
+        metadata_text,
+    )
+
+
 class CheckpointFlows(StateReader, FlowDriver):
     """The flows and the backend's pair of methods behind :class:`~haystack_state.persistence.base.Checkpointer`."""
 
@@ -143,25 +201,14 @@ class CheckpointFlows(StateReader, FlowDriver):
     # --- flows --------------------------------------------------------------------------------------------------
 
     def _commit_flow(
-        self,
-        thread_id: str,
-        parent_id: str | None,
-        expected_head: str | None,
-        delta: Delta,
-        step: int,
-        source: Source,
-        tool_names: Sequence[str],
-        metadata: dict[str, Any] | None,
-        lease: Lease | None,
-        frozen: bool = False,
+        self, commit: EncodedCommit, expected_head: str | None, lease: Lease | None, frozen: bool
     ) -> Flow[CheckpointMeta]:
-        _check_commit_args(thread_id, step, source, tool_names, metadata)
-        if parent_id is not None and not valid_checkpoint_id(parent_id):
-            raise CheckpointNotFoundError(thread_id, repr(parent_id))
-        encoded = encode_delta(delta)
-        encoded_metadata = encode(dict(metadata or {}), where="metadata")
-        delta_text = delta_json(delta, encoded)
-        metadata_text = checked_json(encoded_metadata, metadata, "The checkpoint metadata")
+        thread_id, parent_id, encoded, delta_text = (
+            commit.thread_id,
+            commit.parent_id,
+            commit.encoded,
+            commit.delta_text,
+        )
         chain_bytes, base_bytes = len(delta_text), 0
         if parent_id is not None:
             info = self._cache.chain_info(thread_id, parent_id)
@@ -178,7 +225,7 @@ class CheckpointFlows(StateReader, FlowDriver):
             and base_bytes >= 0
             and needs_snapshot(chain_bytes, base_bytes, min_bytes=self._snapshot_min_bytes, ratio=self._snapshot_ratio)
         ):
-            snapshot = self._snapshot_from_cache(thread_id, parent_id, delta)
+            snapshot = self._snapshot_from_cache(thread_id, parent_id, commit.delta)
             if snapshot is None:
                 chain = yield ops.ReadChain(thread_id, parent_id, None)
                 check_chain(thread_id, parent_id, None, chain)
@@ -197,20 +244,20 @@ class CheckpointFlows(StateReader, FlowDriver):
             thread_id=thread_id,
             checkpoint_id=new_checkpoint_id(),
             parent_id=parent_id,
-            step=step,
-            source=source,
-            tool_names=tuple(tool_names),
+            step=commit.step,
+            source=commit.source,
+            tool_names=commit.tool_names,
             created_at=now,
             changed_keys=tuple(encoded),
-            metadata=metadata_text,
+            metadata=commit.metadata_text,
             delta=delta_text,
             snapshot=snapshot,
             chain_bytes=chain_bytes,
             base_bytes=max(base_bytes, 0),
         )
         yield ops.Insert(row, expected_head, lease.owner if lease is not None else None, now, self.thread_ttl)
-        self._advance_cache(row, encoded, delta if frozen else None)
-        return self._meta(row, decode(encoded_metadata, where="metadata") if encoded_metadata else {})
+        self._advance_cache(row, encoded, commit.delta if frozen else None)
+        return self._meta(row, decode(commit.metadata, where="metadata") if commit.metadata else {})
 
     def _get_flow(self, thread_id: str, checkpoint_id: str | None, read_only: bool) -> Flow[Checkpoint]:
         check_thread_id(thread_id)

@@ -131,7 +131,7 @@ def _encode(value: Any) -> Any:
     if cls is float:
         return value if math.isfinite(value) else _tag("float", repr(value))
     if cls is list:
-        return _encode_items(value)
+        return _each_item(_encode, value)
     if cls is dict:
         return _encode_dict(value, _key_segment)
     if cls is ChatMessage:
@@ -151,7 +151,7 @@ def _encode(value: Any) -> Any:
     if isinstance(value, tuple):
         if hasattr(value, "_fields"):  # an unregistered NamedTuple would come back as a plain tuple
             raise _unencodable(value)
-        return _tag("tuple", _encode_items(value))
+        return _tag("tuple", _each_item(_encode, value))
     if isinstance(value, set | frozenset):
         return _tag("frozenset" if isinstance(value, frozenset) else "set", _encode_set(value))
     for scalar, name, to_data, _ in _SCALARS:
@@ -185,7 +185,7 @@ _FACTORY_NAMES = {id(factory): name for name, factory in _FACTORIES.items()}
 def _encode_container(value: Any, cls: type) -> Any:
     """Dict and list subclasses: read-only state views as plain ones, the collections types tagged, others refused."""
     if cls.__module__ == "haystack_state.values":  # FrozenDict, FrozenList: read-only views of plain ones
-        return _encode_dict(value, _key_segment) if isinstance(value, dict) else _encode_items(value)
+        return _encode_dict(value, _key_segment) if isinstance(value, dict) else _each_item(_encode, value)
     if cls is collections.Counter or cls is collections.OrderedDict:
         return _tag(cls.__name__, _encode_dict(dict(value), _key_segment))
     if cls is collections.defaultdict:
@@ -197,7 +197,7 @@ def _encode_container(value: Any, cls: type) -> Any:
             )
         return _tag("defaultdict", {"factory": factory, "items": _encode_dict(dict(value), _key_segment)})
     if cls is collections.deque:
-        return _tag("deque", {"items": _encode_items(list(value)), "maxlen": value.maxlen})
+        return _tag("deque", {"items": _each_item(_encode, list(value)), "maxlen": value.maxlen})
     kind = "dict" if isinstance(value, dict) else "list"
     raise _Failure(
         f"cannot encode value of type {cls.__qualname__} at {{path}}: it is a {kind} subclass, which would come back "
@@ -206,11 +206,12 @@ def _encode_container(value: Any, cls: type) -> Any:
     )
 
 
-def _encode_items(items: list[Any] | tuple[Any, ...]) -> list[Any]:
+def _each_item(convert: Callable[[Any], Any], items: list[Any] | tuple[Any, ...]) -> list[Any]:
+    """``convert`` (:func:`_encode` or :func:`_decode`) of each item of a list or tuple, a failure naming its index."""
     out = []
     for index, item in enumerate(items):
         try:
-            out.append(_encode(item))
+            out.append(convert(item))
         except _Failure as failure:
             raise failure.at(f"[{index}]") from None
     return out
@@ -315,28 +316,12 @@ def _decode(data: Any) -> Any:
     if data is None or cls is str or cls is int or cls is bool or cls is float:
         return data
     if cls is list:
-        return _decode_items(data)
+        return _each_item(_decode, data)
     if cls is dict:
         if TYPE_KEY in data:
             return _decode_tagged(data)
-        out = {}
-        for key, item in data.items():
-            try:
-                out[key] = _decode(item)
-            except _Failure as failure:
-                raise failure.at(_key_segment(key)) from None
-        return out
+        return _decode_values(data, _key_segment)
     raise _Failure(f"found a {cls.__qualname__} at {{path}}, which is not JSON data.")
-
-
-def _decode_items(items: list[Any]) -> list[Any]:
-    out = []
-    for index, item in enumerate(items):
-        try:
-            out.append(_decode(item))
-        except _Failure as failure:
-            raise failure.at(f"[{index}]") from None
-    return out
 
 
 _JSON_SCALARS = frozenset({str, int, bool, float, type(None)})
@@ -420,14 +405,19 @@ def _decode_tagged(tagged: dict[str, Any]) -> Any:
 
 def _decode_object_data(data: object) -> Any:
     if type(data) is dict and TYPE_KEY not in data:
-        out = {}
-        for key, item in data.items():
-            try:
-                out[key] = _decode(item)
-            except _Failure as failure:
-                raise failure.at(_field_segment(key)) from None
-        return out
+        return _decode_values(data, _field_segment)
     return _decode(data)
+
+
+def _decode_values(data: dict[str, Any], segment: Callable[[str], str]) -> dict[str, Any]:
+    """:func:`_decode` of each value of a plain dict, a failure naming its key as ``segment`` writes it."""
+    out = {}
+    for key, item in data.items():
+        try:
+            out[key] = _decode(item)
+        except _Failure as failure:
+            raise failure.at(segment(key)) from None
+    return out
 
 
 def _decode_builtin(name: str, data: Any) -> Any:
@@ -436,7 +426,7 @@ def _decode_builtin(name: str, data: Any) -> Any:
     if name in ("tuple", "set", "frozenset"):
         if type(data) is not list:
             raise ValueError("expected a list")
-        items = _decode_items(data)
+        items = _each_item(_decode, data)
         return tuple(items) if name == "tuple" else set(items) if name == "set" else frozenset(items)
     if name == "float":
         return _NON_FINITE[data]
@@ -458,7 +448,7 @@ def _decode_builtin(name: str, data: Any) -> Any:
         maxlen = data["maxlen"]
         if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
             raise ValueError("maxlen must be null or an int of at least 0")
-        return collections.deque(_decode_items(data["items"]), maxlen)
+        return collections.deque(_each_item(_decode, data["items"]), maxlen)
     return _SCALAR_DECODERS[name](data)
 
 

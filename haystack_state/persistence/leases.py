@@ -13,6 +13,7 @@ database must keep their clocks in step to well under a lease's length.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import heapq
 import itertools
@@ -62,6 +63,7 @@ def lost_error(lease: Lease) -> ThreadBusyError:
     )
 
 
+@dataclasses.dataclass(eq=False)
 class LeaseKeeper:
     """
     Renews a lease every third of its length, until :meth:`stop`. At each renewal it also looks for a stop asked of
@@ -69,17 +71,21 @@ class LeaseKeeper:
     keeper of the process are made by one background thread (see :class:`Renewer`), not a thread per run.
 
     :param checkpointer: Where the lease lives.
-    :param lease: The lease.
+    :param lease: The lease (as last renewed, once renewed).
     :param on_stop: Called (from the renewer's thread) when a stop was asked of the run.
     """
 
-    def __init__(self, checkpointer: Checkpointer, lease: Lease, on_stop: Callable[[], None] | None = None) -> None:
-        self.checkpointer = checkpointer
-        self.lease = lease
-        self.lost = False
-        self.on_stop = on_stop
-        self.active = True
-        self.renewing = False
+    checkpointer: Checkpointer
+    lease: Lease
+    on_stop: Callable[[], None] | None = None
+    #: The lease was lost: another owner took the thread.
+    lost: bool = dataclasses.field(default=False, init=False)
+    #: Still to be renewed (until :meth:`stop`).
+    active: bool = dataclasses.field(default=True, init=False)
+    #: A renewal is under way (in the renewer's thread).
+    renewing: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self) -> None:
         Renewer.shared().add(self)
 
     def renew(self) -> bool:

@@ -38,7 +38,7 @@ except ImportError as _error:  # pragma: no cover - depends on the installed ext
 from haystack.core.errors import SerializationError
 from haystack.utils import Secret
 
-from haystack_state.db.migrations import migrate_postgres, postgres_version
+from haystack_state.db.migrations import check_postgres_version, migrate_postgres
 from haystack_state.db.postgres import (
     Attempt,
     LoopConnections,
@@ -342,22 +342,16 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         if not self._read_only:
             self._migrate(conn)
             return
-        current = postgres_version(conn, self._schema, "haystack_state_migrations", self._q)
-        if current is None:
-            raise CheckpointError(
-                f"The schema '{self._schema}' does not exist; a read-only PostgresCheckpointer creates nothing."
-            )
-        if current == 0:
-            raise CheckpointError(
-                f"The schema '{self._schema}' holds no haystack-state checkpoints (it has no haystack_state_threads "
-                "table); a read-only PostgresCheckpointer creates nothing."
-            )
-        if current != len(MIGRATIONS):
-            raise CheckpointError(
-                f"The schema '{self._schema}' is at version {current}, and this haystack-state reads version "
-                f"{len(MIGRATIONS)}; a read-only PostgresCheckpointer cannot migrate it (open it once without "
-                "read_only to migrate it)."
-            )
+        check_postgres_version(
+            conn,
+            self._q,
+            MIGRATIONS,
+            CheckpointError,
+            schema=self._schema,
+            table="haystack_state_migrations",
+            owner="PostgresCheckpointer",
+            holds="no haystack-state checkpoints (it has no haystack_state_threads table)",
+        )
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Apply the pending migrations (see :func:`haystack_state.db.migrations.migrate_postgres`)."""

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
-from typing import Any
 
 from psycopg import sql
 
@@ -21,15 +19,15 @@ from haystack_state.persistence.leases import busy_error
 from haystack_state.persistence.records import (
     ChainLink,
     LeaseHolder,
-    StoredCheckpoint,
     ThreadInfo,
-    parse_row,
     string_list_json,
 )
+from haystack_state.persistence.sql import META_COLUMNS, epoch, from_epoch, history_query, stored_row
 
 __all__ = ["PostgresScripts"]
 
-_META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
+_C_META = ", ".join("c." + column for column in META_COLUMNS.split(", "))
+
 # The usual commits (see PostgresScripts.appends) of one run or of several, in one statement, their rows given as one
 # JSON parameter: one round trip, a row back per commit applied. A child of the expected head moves the head if it is
 # the expected one and no other owner holds a live lease; a new thread's first commit creates the thread unless it
@@ -73,14 +71,6 @@ _ACQUIRE = (
 _VISIBLE = "(expires_at IS NULL OR expires_at > %(now)s)"
 
 
-def _epoch(moment: dt.datetime) -> float:
-    return moment.timestamp()
-
-
-def _from_epoch(value: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(value, dt.UTC)
-
-
 class PostgresScripts:
     """The scripts of each operation; the checkpointer provides ``_q`` (a template with the table names filled in)."""
 
@@ -88,7 +78,7 @@ class PostgresScripts:
         raise NotImplementedError
 
     def _insert(self, op: ops.Insert) -> Script:
-        row, expected_head, now = op.row, op.expected_head, _epoch(op.now)
+        row, expected_head, now = op.row, op.expected_head, epoch(op.now)
         if self.appends(op):
             # The common commits in one statement (one round trip): a child of the expected head (move the head if it
             # is the expected one and no other owner holds a live lease, and insert the row), or a new thread's first
@@ -101,7 +91,7 @@ class PostgresScripts:
             query = self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s")
             holder = yield Stmt(query, (row.thread_id,), ONE)
             if holder is not None and holder[0] != op.lease_owner and holder[1] > now:
-                raise busy_error(row.thread_id, holder[0], _from_epoch(holder[1]))
+                raise busy_error(row.thread_id, holder[0], from_epoch(holder[1]))
         query = self._q("SELECT head_id, last_seq, expires_at FROM {threads} WHERE thread_id = %s FOR UPDATE")
         found = yield Stmt(query, (row.thread_id,), ONE)
         expired = found is not None and found[2] is not None and found[2] <= now
@@ -192,7 +182,7 @@ class PostgresScripts:
                     "id": row.checkpoint_id,
                     "expected": op.expected_head,
                     "owner": op.lease_owner,
-                    "now": _epoch(op.now),
+                    "now": epoch(op.now),
                     "parent": row.parent_id,
                     "step": row.step,
                     "source": row.source,
@@ -211,7 +201,7 @@ class PostgresScripts:
 
     def _visible_head(self, thread_id: str, now: dt.datetime) -> Script:
         query = self._q(f"SELECT head_id FROM {{threads}} WHERE thread_id = %(thread)s AND {_VISIBLE}")
-        found = yield Stmt(query, {"thread": thread_id, "now": _epoch(now)}, ONE)
+        found = yield Stmt(query, {"thread": thread_id, "now": epoch(now)}, ONE)
         return str(found[0]) if found is not None else None
 
     def _read_head(self, op: ops.ReadHead) -> Script:
@@ -226,21 +216,21 @@ class PostgresScripts:
     def _open_thread(self, op: ops.OpenThread | ops.ReadMeta) -> Script:
         # One round trip: the lease, the thread's visible head and the row, in one snapshot.
         query = self._q(
-            f"SELECT l.owner, l.expires_at, {', '.join('c.' + column for column in _META.split(', '))}, '', NULL, "
+            f"SELECT l.owner, l.expires_at, {_C_META}, '', NULL, "
             "c.chain_bytes, c.base_bytes, t.head_id FROM (SELECT 1) AS one "
             "LEFT JOIN {leases} AS l ON l.thread_id = %(thread)s "
             "LEFT JOIN {threads} AS t ON t.thread_id = %(thread)s AND (t.expires_at IS NULL OR t.expires_at > %(now)s) "
             "LEFT JOIN {checkpoints} AS c ON c.thread_id = t.thread_id "
             "AND c.checkpoint_id = COALESCE(%(checkpoint)s, t.head_id)"
         )
-        params = {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "now": _epoch(op.now)}
+        params = {"thread": op.thread_id, "checkpoint": op.checkpoint_id, "now": epoch(op.now)}
         found = yield Stmt(query, params, ONE)
-        holder = LeaseHolder(found[0], _from_epoch(found[1])) if found[0] is not None else None
+        holder = LeaseHolder(found[0], from_epoch(found[1])) if found[0] is not None else None
         if found[-1] is None:
             return holder, None
         if found[3] is None:  # no such row: a checkpoint not in the thread (or a head whose row is gone)
             raise CheckpointNotFoundError(op.thread_id, op.checkpoint_id or found[-1])
-        return holder, _row(found[2:-1])
+        return holder, stored_row(found[2:-1])
 
     def _read_chain(self, op: ops.ReadChain) -> Script:
         # Each step of the walk is one primary-key lookup (LATERAL ... LIMIT 1 keeps the planner from hash-joining
@@ -264,32 +254,27 @@ class PostgresScripts:
     def _read_history(self, op: ops.ReadHistory) -> Script:
         if (yield from self._visible_head(op.thread_id, op.now)) is None:
             raise ThreadNotFoundError(op.thread_id)
-        where, params = "thread_id = %s", [op.thread_id]
+        params = [op.thread_id]
         if op.before is not None:
             query = self._q("SELECT seq FROM {checkpoints} WHERE thread_id = %s AND checkpoint_id = %s")
             found = yield Stmt(query, (op.thread_id, op.before), ONE)
             if found is None:
                 raise CheckpointNotFoundError(op.thread_id, op.before)
-            where += " AND seq < %s"
             params.append(found[0])
-        limit = f" LIMIT {int(op.limit)}" if op.limit is not None else ""
-        query = self._q(
-            f"SELECT {_META}, '', CASE WHEN snapshot IS NULL THEN NULL ELSE '' END, chain_bytes, base_bytes "
-            f"FROM {{checkpoints}} WHERE {where} ORDER BY seq DESC{limit}"
-        )
+        query = self._q(history_query("{checkpoints}", "%s", before=op.before is not None, limit=op.limit))
         rows = yield Stmt(query, params, ALL)
-        return [_row(found) for found in rows]
+        return [stored_row(found) for found in rows]
 
     def _read_threads(self, op: ops.ReadThreads) -> Script:
         query = self._q(
             "SELECT t.thread_id, t.head_id, (SELECT count(*) FROM {checkpoints} AS c WHERE c.thread_id = t.thread_id), "
             f"t.created_at, t.updated_at FROM {{threads}} AS t WHERE {_VISIBLE} ORDER BY t.updated_at DESC, t.thread_id"
         )
-        rows = yield Stmt(query, {"now": _epoch(op.now)}, ALL)
+        rows = yield Stmt(query, {"now": epoch(op.now)}, ALL)
         return [ThreadInfo(r[0], r[1], int(r[2]), _utc(r[3]), _utc(r[4])) for r in rows]
 
     def _delete(self, op: ops.DeleteThread) -> Script:
-        params = {"thread": op.thread_id, "now": _epoch(op.now)}
+        params = {"thread": op.thread_id, "now": epoch(op.now)}
         if op.only_expired:
             condition = (
                 "expires_at IS NOT NULL AND expires_at <= %(now)s AND NOT EXISTS (SELECT 1 FROM {leases} AS l "
@@ -312,7 +297,7 @@ class PostgresScripts:
             f"SELECT thread_id, expires_at IS NOT NULL AND expires_at <= %(now)s FROM {{threads}} {where} "
             "ORDER BY thread_id"
         )
-        rows = yield Stmt(query, {"thread": op.thread_id, "now": _epoch(op.now)}, ALL)
+        rows = yield Stmt(query, {"thread": op.thread_id, "now": epoch(op.now)}, ALL)
         return [r[0] for r in rows if not r[1]], [r[0] for r in rows if r[1]]
 
     def _set_snapshot(self, op: ops.SetSnapshot) -> Script:
@@ -334,7 +319,7 @@ class PostgresScripts:
             "UPDATE {threads} SET ttl = %(ttl)s, expires_at = CASE WHEN %(ttl)s::double precision IS NULL THEN NULL "
             f"ELSE extract(epoch FROM updated_at) + %(ttl)s END WHERE thread_id = %(thread)s AND {_VISIBLE}"
         )
-        params = {"ttl": op.ttl, "thread": op.thread_id, "now": _epoch(op.now)}
+        params = {"ttl": op.ttl, "thread": op.thread_id, "now": epoch(op.now)}
         return (yield Stmt(query, params, COUNT, alone=True)) == 1
 
     def _acquire(self, op: ops.AcquireLease) -> Script:
@@ -344,7 +329,7 @@ class PostgresScripts:
     def _hold(self, op: ops.HoldThread | ops.AcquireLease) -> Script:
         # Two statements sent together (one round trip); the second sees what the first did, and every commit made
         # before it (each statement reads its own snapshot): the head, once the lease is taken, or the holder.
-        params = {"thread": op.thread_id, "owner": op.owner, "expires": _epoch(op.expires_at), "now": _epoch(op.now)}
+        params = {"thread": op.thread_id, "owner": op.owner, "expires": epoch(op.expires_at), "now": epoch(op.now)}
         after = self._q(
             f"SELECT (SELECT head_id FROM {{threads}} WHERE thread_id = %(thread)s AND {_VISIBLE}), "
             "l.owner, l.expires_at FROM (SELECT 1) AS one LEFT JOIN {leases} AS l ON l.thread_id = %(thread)s"
@@ -354,19 +339,19 @@ class PostgresScripts:
             if taken is not None:
                 return None, (str(found[0]) if found[0] is not None else None)
             if found[1] is not None:
-                return LeaseHolder(found[1], _from_epoch(found[2])), None
+                return LeaseHolder(found[1], from_epoch(found[2])), None
         raise CheckpointError(f"Thread '{op.thread_id}': the lease could not be acquired (it kept changing hands).")
 
     def _renew(self, op: ops.RenewLease) -> Script:
         query = self._q(
             "UPDATE {leases} SET expires_at = %s WHERE thread_id = %s AND owner = %s RETURNING stop_requested"
         )
-        found = yield Stmt(query, (_epoch(op.expires_at), op.thread_id, op.owner), ONE, alone=True)
+        found = yield Stmt(query, (epoch(op.expires_at), op.thread_id, op.owner), ONE, alone=True)
         return bool(found[0]) if found is not None else None
 
     def _request_stop(self, op: ops.RequestStop) -> Script:
         query = self._q("UPDATE {leases} SET stop_requested = true WHERE thread_id = %s AND expires_at > %s")
-        return (yield Stmt(query, (op.thread_id, _epoch(op.now)), COUNT, alone=True)) == 1
+        return (yield Stmt(query, (op.thread_id, epoch(op.now)), COUNT, alone=True)) == 1
 
     def release_statement(self, batch: list[ops.ReleaseLease]) -> tuple[sql.Composed, tuple[list[str], list[str]]]:
         """The statement that releases several leases at once; it returns a row per lease it released."""
@@ -382,14 +367,8 @@ class PostgresScripts:
 
     def _read_lease(self, op: ops.ReadLease) -> Script:
         found = yield Stmt(self._q("SELECT owner, expires_at FROM {leases} WHERE thread_id = %s"), (op.thread_id,), ONE)
-        return LeaseHolder(found[0], _from_epoch(found[1])) if found is not None else None
+        return LeaseHolder(found[0], from_epoch(found[1])) if found is not None else None
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
     return value.astimezone(dt.UTC)
-
-
-def _row(found: Sequence[Any]) -> StoredCheckpoint:
-    return parse_row(
-        found[0], found[1], found[2], found[3], found[4], found[5], found[6], found[7], found[8], tuple(found[9:])
-    )

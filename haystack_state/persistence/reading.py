@@ -25,7 +25,7 @@ from haystack_state.persistence.chain import (
 from haystack_state.persistence.codec import decode, from_json
 from haystack_state.persistence.delta import ExtendError, check_extends
 from haystack_state.persistence.ops import Flow
-from haystack_state.persistence.records import ChainLink, CheckpointMeta, StoredCheckpoint
+from haystack_state.persistence.records import ChainLink, CheckpointMeta, StoredCheckpoint, shared_fields
 from haystack_state.text import repaired
 
 __all__ = ["Materialized", "StateReader", "adopt_op", "decode_op_values"]
@@ -79,17 +79,7 @@ class StateReader:
                 raise corrupt_error(row.thread_id, row.checkpoint_id, error) from None
             if not isinstance(metadata, dict):
                 raise corrupt_error(row.thread_id, row.checkpoint_id, CodecError("metadata is not a mapping"))
-        return CheckpointMeta(
-            thread_id=row.thread_id,
-            checkpoint_id=row.checkpoint_id,
-            parent_id=row.parent_id,
-            step=row.step,
-            source=row.source,
-            tool_names=row.tool_names,
-            created_at=row.created_at,
-            changed_keys=row.changed_keys,
-            metadata=metadata,
-        )
+        return CheckpointMeta(*shared_fields(row), metadata)
 
     @staticmethod
     def _stored_metadata(row: StoredCheckpoint) -> Any:

@@ -8,6 +8,8 @@ import dataclasses
 import datetime as dt
 import functools
 import json
+import operator
+from collections.abc import Callable
 from typing import Any, NamedTuple, TypedDict
 
 from haystack_state.errors import CheckpointError
@@ -21,7 +23,33 @@ SOURCES: tuple[str, ...] = ("input", "model", "tools", "update")
 
 
 @dataclasses.dataclass(frozen=True)
-class CheckpointMeta:
+class CheckpointFields:
+    """
+    The fields a checkpoint's record (:class:`CheckpointMeta`, which documents them) and its stored row
+    (:class:`StoredCheckpoint`) share, in this order.
+    """
+
+    thread_id: str
+    checkpoint_id: str
+    parent_id: str | None
+    step: int
+    source: str
+    tool_names: tuple[str, ...]
+    created_at: dt.datetime
+    changed_keys: tuple[str, ...]
+
+
+#: The values of a row's or record's :class:`CheckpointFields`, in order.
+SharedValues = tuple[str, str, str | None, int, str, tuple[str, ...], dt.datetime, tuple[str, ...]]
+#: A row's or record's :class:`CheckpointFields` as a tuple, so that ``CheckpointMeta(*shared_fields(row), metadata)``
+#: builds a record from a row (one C call, on the commit path).
+shared_fields: Callable[[CheckpointFields], SharedValues] = operator.attrgetter(
+    *(field.name for field in dataclasses.fields(CheckpointFields))
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointMeta(CheckpointFields):
     """
     What a checkpoint records besides the state values.
 
@@ -36,14 +64,6 @@ class CheckpointMeta:
     :param metadata: Free-form metadata (pending tool calls, exit reason, ...), decoded.
     """
 
-    thread_id: str
-    checkpoint_id: str
-    parent_id: str | None
-    step: int
-    source: str
-    tool_names: tuple[str, ...]
-    created_at: dt.datetime
-    changed_keys: tuple[str, ...]
     metadata: dict[str, Any]
 
 
@@ -97,7 +117,7 @@ class ThreadInfo:
 
 
 @dataclasses.dataclass(frozen=True)
-class StoredCheckpoint:
+class StoredCheckpoint(CheckpointFields):
     """
     A checkpoint row as backends store it: the record plus the JSON text of its metadata and delta.
 
@@ -108,14 +128,6 @@ class StoredCheckpoint:
     :param base_bytes: The bytes of that nearest snapshot (0 if none).
     """
 
-    thread_id: str
-    checkpoint_id: str
-    parent_id: str | None
-    step: int
-    source: str
-    tool_names: tuple[str, ...]
-    created_at: dt.datetime
-    changed_keys: tuple[str, ...]
     metadata: str
     delta: str = ""
     snapshot: str | None = None

@@ -10,8 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 import zlib
-from collections.abc import Sequence
-from typing import Any
 
 from haystack_state.errors import CheckpointNotFoundError, ThreadNotFoundError
 from haystack_state.persistence import ops
@@ -22,9 +20,9 @@ from haystack_state.persistence.records import (
     LeaseHolder,
     StoredCheckpoint,
     ThreadInfo,
-    parse_row,
     string_list_json,
 )
+from haystack_state.persistence.sql import epoch, from_epoch, history_query, stored_row
 
 __all__ = ["CHECKPOINTS", "LEASES", "MIGRATIONS", "MIGRATIONS_TABLE", "THREADS", "SQLiteOperations"]
 
@@ -80,7 +78,6 @@ MIGRATIONS: list[tuple[str, ...]] = [
     ),
 ]
 
-_META = "thread_id, checkpoint_id, parent_id, step, source, tool_names, created_at, changed_keys, metadata"
 # A checkpoint's record (the head's if :checkpoint is NULL) and the thread's visible head: no row if the thread is
 # not visible; the head and NULLs if the checkpoint is not in it.
 _READ_META = f"""
@@ -132,19 +129,11 @@ def unpack_snapshot(stored: str | bytes | None) -> str | None:
         return f"<unreadable compressed snapshot: {error}>"  # not JSON: reading it reports the checkpoint
 
 
-def _epoch(moment: dt.datetime) -> float:
-    return moment.timestamp()
-
-
-def _from_epoch(value: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(value, dt.UTC)
-
-
 class SQLiteOperations:
     """The checkpointer's operations on a SQLite connection (see the module docstring)."""
 
     def _insert(self, conn: sqlite3.Connection, op: ops.Insert) -> None:
-        row, expected_head, now = op.row, op.expected_head, _epoch(op.now)
+        row, expected_head, now = op.row, op.expected_head, epoch(op.now)
         created = row.created_at.isoformat()
         if expected_head is not None and row.parent_id == expected_head:
             # The usual commit, in two statements: move the head (unless another run holds the thread's lease),
@@ -174,7 +163,7 @@ class SQLiteOperations:
             holder = conn.execute(f"SELECT owner, expires_at FROM {LEASES} WHERE thread_id = ?", (row.thread_id,))
             found = holder.fetchone()
             if found is not None and found[0] != op.lease_owner and found[1] > now:
-                raise busy_error(row.thread_id, found[0], _from_epoch(found[1]))
+                raise busy_error(row.thread_id, found[0], from_epoch(found[1]))
         found = conn.execute(
             f"SELECT head_id, last_seq, expires_at FROM {THREADS} WHERE thread_id = ?", (row.thread_id,)
         ).fetchone()
@@ -236,7 +225,7 @@ class SQLiteOperations:
     def _visible_head(conn: sqlite3.Connection, thread_id: str, now: dt.datetime) -> str | None:
         found = conn.execute(
             f"SELECT head_id FROM {THREADS} WHERE thread_id = :thread AND {_VISIBLE}",
-            {"thread": thread_id, "now": _epoch(now)},
+            {"thread": thread_id, "now": epoch(now)},
         ).fetchone()
         return str(found[0]) if found is not None else None
 
@@ -245,15 +234,13 @@ class SQLiteOperations:
 
     def _read_meta(self, conn: sqlite3.Connection, op: ops.ReadMeta) -> StoredCheckpoint:
         # One statement (a consistent read without a transaction): the visible head and the checkpoint's record.
-        found = conn.execute(
-            _READ_META, {"thread": op.thread_id, "now": _epoch(op.now), "checkpoint": op.checkpoint_id}
-        )
+        found = conn.execute(_READ_META, {"thread": op.thread_id, "now": epoch(op.now), "checkpoint": op.checkpoint_id})
         row = found.fetchone()
         if row is None:
             raise ThreadNotFoundError(op.thread_id)
         if row[1] is None:
             raise CheckpointNotFoundError(op.thread_id, row[0] if op.checkpoint_id is None else op.checkpoint_id)
-        return _row(row[1:])
+        return stored_row(row[1:])
 
     def _open_thread(
         self, conn: sqlite3.Connection, op: ops.OpenThread
@@ -326,35 +313,30 @@ class SQLiteOperations:
         conn.execute("BEGIN")
         if self._visible_head(conn, op.thread_id, op.now) is None:
             raise ThreadNotFoundError(op.thread_id)
-        where, params = "thread_id = ?", [op.thread_id]
+        params = [op.thread_id]
         if op.before is not None:
             found = conn.execute(
                 f"SELECT seq FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_id = ?", (op.thread_id, op.before)
             ).fetchone()
             if found is None:
                 raise CheckpointNotFoundError(op.thread_id, op.before)
-            where += " AND seq < ?"
             params.append(found[0])
-        limit = f" LIMIT {int(op.limit)}" if op.limit is not None else ""
-        rows = conn.execute(
-            f"SELECT {_META}, '', CASE WHEN snapshot IS NULL THEN NULL ELSE '' END, chain_bytes, base_bytes "
-            f"FROM {CHECKPOINTS} WHERE {where} ORDER BY seq DESC{limit}",
-            params,
-        ).fetchall()
+        query = history_query(CHECKPOINTS, "?", before=op.before is not None, limit=op.limit)
+        rows = conn.execute(query, params).fetchall()
         conn.execute("COMMIT")
-        return [_row(found) for found in rows]
+        return [stored_row(found) for found in rows]
 
     def _read_threads(self, conn: sqlite3.Connection, op: ops.ReadThreads) -> list[ThreadInfo]:
         rows = conn.execute(
             f"SELECT t.thread_id, t.head_id, (SELECT count(*) FROM {CHECKPOINTS} AS c "
             f"WHERE c.thread_id = t.thread_id), t.created_at, t.updated_at FROM {THREADS} AS t WHERE {_VISIBLE} "
             "ORDER BY t.updated_at DESC, t.thread_id",
-            {"now": _epoch(op.now)},
+            {"now": epoch(op.now)},
         ).fetchall()
         return [ThreadInfo(r[0], r[1], int(r[2]), _time(r[3]), _time(r[4])) for r in rows]
 
     def _delete(self, conn: sqlite3.Connection, op: ops.DeleteThread) -> bool:
-        params = {"thread": op.thread_id, "now": _epoch(op.now)}
+        params = {"thread": op.thread_id, "now": epoch(op.now)}
         if op.only_expired:
             condition = (
                 f"expires_at IS NOT NULL AND expires_at <= :now AND NOT EXISTS (SELECT 1 FROM {LEASES} AS l "
@@ -376,7 +358,7 @@ class SQLiteOperations:
         rows = conn.execute(
             f"SELECT thread_id, expires_at IS NOT NULL AND expires_at <= :now FROM {THREADS} {where} "
             "ORDER BY thread_id",
-            {"thread": op.thread_id, "now": _epoch(op.now)},
+            {"thread": op.thread_id, "now": epoch(op.now)},
         ).fetchall()
         return [r[0] for r in rows if not r[1]], [r[0] for r in rows if r[1]]
 
@@ -402,7 +384,7 @@ class SQLiteOperations:
     def _set_ttl(self, conn: sqlite3.Connection, op: ops.SetTTL) -> bool:
         found = conn.execute(
             f"SELECT updated_at FROM {THREADS} WHERE thread_id = :thread AND {_VISIBLE}",
-            {"thread": op.thread_id, "now": _epoch(op.now)},
+            {"thread": op.thread_id, "now": epoch(op.now)},
         ).fetchone()
         if found is None:
             return False
@@ -418,12 +400,12 @@ class SQLiteOperations:
             f"INSERT INTO {LEASES} (thread_id, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (thread_id) "
             "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, stop_requested = 0 "
             f"WHERE {LEASES}.owner = excluded.owner OR {LEASES}.expires_at <= ?",
-            (op.thread_id, op.owner, _epoch(op.expires_at), _epoch(op.now)),
+            (op.thread_id, op.owner, epoch(op.expires_at), epoch(op.now)),
         ).rowcount
         if taken:
             return None
         found = conn.execute(f"SELECT owner, expires_at FROM {LEASES} WHERE thread_id = ?", (op.thread_id,)).fetchone()
-        return LeaseHolder(found[0], _from_epoch(found[1]))
+        return LeaseHolder(found[0], from_epoch(found[1]))
 
     def _hold(self, conn: sqlite3.Connection, op: ops.HoldThread) -> tuple[LeaseHolder | None, str | None]:
         holder = self._acquire(conn, ops.AcquireLease(op.thread_id, op.owner, op.now, op.expires_at))
@@ -434,13 +416,13 @@ class SQLiteOperations:
     def _renew(self, conn: sqlite3.Connection, op: ops.RenewLease) -> bool | None:
         found = conn.execute(
             f"UPDATE {LEASES} SET expires_at = ? WHERE thread_id = ? AND owner = ? RETURNING stop_requested",
-            (_epoch(op.expires_at), op.thread_id, op.owner),
+            (epoch(op.expires_at), op.thread_id, op.owner),
         ).fetchone()
         return bool(found[0]) if found is not None else None
 
     def _request_stop(self, conn: sqlite3.Connection, op: ops.RequestStop) -> bool:
         query = f"UPDATE {LEASES} SET stop_requested = 1 WHERE thread_id = ? AND expires_at > ?"
-        return conn.execute(query, (op.thread_id, _epoch(op.now))).rowcount == 1
+        return conn.execute(query, (op.thread_id, epoch(op.now))).rowcount == 1
 
     def _release(self, conn: sqlite3.Connection, op: ops.ReleaseLease) -> bool:
         query = f"DELETE FROM {LEASES} WHERE thread_id = ? AND owner = ?"
@@ -448,14 +430,8 @@ class SQLiteOperations:
 
     def _read_lease(self, conn: sqlite3.Connection, op: ops.ReadLease) -> LeaseHolder | None:
         found = conn.execute(f"SELECT owner, expires_at FROM {LEASES} WHERE thread_id = ?", (op.thread_id,)).fetchone()
-        return LeaseHolder(found[0], _from_epoch(found[1])) if found is not None else None
+        return LeaseHolder(found[0], from_epoch(found[1])) if found is not None else None
 
 
 def _time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
-
-
-def _row(found: Sequence[Any]) -> StoredCheckpoint:
-    return parse_row(
-        found[0], found[1], found[2], found[3], found[4], found[5], found[6], found[7], found[8], tuple(found[9:])
-    )

@@ -29,7 +29,7 @@ except ImportError as _error:  # pragma: no cover - depends on the installed ext
 from haystack.utils import Secret
 
 from haystack_state._driver import run_flow, run_flow_async
-from haystack_state.db.migrations import migrate_postgres, postgres_version
+from haystack_state.db.migrations import check_postgres_version, migrate_postgres
 from haystack_state.db.postgres import (
     ALL,
     COUNT,
@@ -47,6 +47,7 @@ from haystack_state.store import ops
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
 from haystack_state.store.search import Condition
+from haystack_state.store.sql import prefix_sql, search_clauses
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
 
@@ -73,17 +74,20 @@ MIGRATIONS: list[tuple[str, ...]] = [
 ]
 
 _VISIBLE = "(s.expires_at IS NULL OR s.expires_at > %(now)s)"
+_ITEM = "s.namespace = %(ns)s AND s.key = %(key)s"
 _COLUMNS = "s.namespace, s.key, s.value, s.created_at, s.updated_at, s.ttl"
 _SIGNS = {"$eq": "=", "$ne": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 #: A store script yields ``(template, params, fetch)`` (see :func:`~haystack_state.db.postgres.fetched`).
 Script = Generator[tuple[str, dict[str, Any], str], Any, Any]
 
 
-def _prefix_sql(prefix: str, params: dict[str, Any]) -> str:
-    if not prefix:
-        return "true"
-    params["prefix"], params["low"], params["high"] = prefix, prefix + ".", prefix + "/"  # '/' follows '.'
-    return "(s.namespace = %(prefix)s OR (s.namespace > %(low)s AND s.namespace < %(high)s))"
+def _on_item(op: ops.Get | ops.Delete, template: str) -> tuple[str, dict[str, Any], str]:
+    """A script's statement on the item ``op`` names (``_ITEM`` in ``template`` tests it), fetching one row."""
+    return template, {"ns": op.namespace, "key": op.key, "now": op.now}, ONE
+
+
+def _mark(name: str) -> str:
+    return f"%({name})s"
 
 
 def _condition_sql(index: int, condition: Condition, params: dict[str, Any]) -> str:
@@ -255,19 +259,16 @@ class PostgresStore(Store):
 
     def _check_version(self, conn: psycopg.Connection[Any]) -> None:
         """For a read-only store: the schema must hold this version's table (it cannot be migrated)."""
-        current = postgres_version(conn, self._schema, "haystack_state_store_migrations", self._q)
-        if current is None:
-            raise StoreError(f"The schema '{self._schema}' does not exist; a read-only PostgresStore creates nothing.")
-        if current == 0:
-            raise StoreError(
-                f"The schema '{self._schema}' holds no store (it has no haystack_state_store table); a read-only "
-                "PostgresStore creates nothing."
-            )
-        if current != len(MIGRATIONS):
-            raise StoreError(
-                f"The store's schema '{self._schema}' is at version {current}, and this haystack-state reads version "
-                f"{len(MIGRATIONS)}; a read-only PostgresStore cannot migrate it (open it once without read_only)."
-            )
+        check_postgres_version(
+            conn,
+            self._q,
+            MIGRATIONS,
+            StoreError,
+            schema=self._schema,
+            table="haystack_state_store_migrations",
+            owner="PostgresStore",
+            holds="no store (it has no haystack_state_store table)",
+        )
 
     def _newer_schema(self, current: int, supported: int) -> StoreError:
         return StoreError(
@@ -309,28 +310,20 @@ class PostgresStore(Store):
 
     @staticmethod
     def _get(op: ops.Get) -> Script:
-        found = yield (
-            f"SELECT {_COLUMNS} FROM {{items}} AS s WHERE s.namespace = %(ns)s AND s.key = %(key)s AND {_VISIBLE}",
-            {"ns": op.namespace, "key": op.key, "now": op.now},
-            ONE,
-        )
+        found = yield _on_item(op, f"SELECT {_COLUMNS} FROM {{items}} AS s WHERE {_ITEM} AND {_VISIBLE}")
         return Row(*found) if found is not None else None
 
     @staticmethod
     def _delete(op: ops.Delete) -> Script:
-        found = yield (
-            f"DELETE FROM {{items}} AS s WHERE s.namespace = %(ns)s AND s.key = %(key)s RETURNING {_VISIBLE}",
-            {"ns": op.namespace, "key": op.key, "now": op.now},
-            ONE,
-        )
+        found = yield _on_item(op, f"DELETE FROM {{items}} AS s WHERE {_ITEM} RETURNING {_VISIBLE}")
         return found is not None and bool(found[0])
 
     @staticmethod
     def _touch(op: ops.Touch) -> Script:
         for namespace, key in op.items:
             yield (
-                "UPDATE {items} AS s SET expires_at = %(now)s + s.ttl WHERE s.namespace = %(ns)s AND s.key = %(key)s "
-                f"AND s.ttl IS NOT NULL AND {_VISIBLE}",
+                f"UPDATE {{items}} AS s SET expires_at = %(now)s + s.ttl "
+                f"WHERE {_ITEM} AND s.ttl IS NOT NULL AND {_VISIBLE}",
                 {"ns": namespace, "key": key, "now": op.now},
                 COUNT,
             )
@@ -338,7 +331,7 @@ class PostgresStore(Store):
     @staticmethod
     def _namespaces(op: ops.Namespaces) -> Script:
         params: dict[str, Any] = {"now": op.now}
-        where = _prefix_sql(op.prefix, params)
+        where = prefix_sql(op.prefix, params, _mark)
         rows = yield (
             f"SELECT DISTINCT s.namespace FROM {{items}} AS s WHERE {where} AND {_VISIBLE} ORDER BY 1",
             params,
@@ -357,22 +350,11 @@ class PostgresStore(Store):
 
     @staticmethod
     def _search(op: ops.Search) -> Script:
-        params: dict[str, Any] = {"now": op.now}
-        where = [_prefix_sql(op.prefix, params), _VISIBLE]
-        if op.conditions:
-            tests = " AND ".join(_condition_sql(i, c, params) for i, c in enumerate(op.conditions))
-            where.append(f"(s.doc IS NULL OR ({tests}))")
+        where, page, params = search_clauses(op, _mark, _condition_sql, unchecked="s.doc IS NULL", no_limit="ALL")
         vector = ", s.vector" if op.vectors else ", NULL"
-        page = ""
-        if op.limit is not None:
-            page = " LIMIT %(limit)s OFFSET %(offset)s"
-            params["limit"], params["offset"] = op.limit, op.offset
-        elif op.offset:
-            page = " OFFSET %(offset)s"
-            params["offset"] = op.offset
         if op.terms is None:
             template = (
-                f"SELECT {_COLUMNS}, NULL::float8{vector} FROM {{items}} AS s WHERE {' AND '.join(where)} "
+                f"SELECT {_COLUMNS}, NULL::float8{vector} FROM {{items}} AS s WHERE {where} "
                 f"ORDER BY s.updated_at DESC, s.namespace, s.key{page}"
             )
         else:
@@ -380,7 +362,7 @@ class PostgresStore(Store):
             template = (
                 f"SELECT {_COLUMNS}, ts_rank(s.tsv, q.query)::float8{vector} FROM {{items}} AS s, "
                 "to_tsquery('english', %(query)s) AS q(query) "
-                f"WHERE s.tsv @@ q.query AND {' AND '.join(where)} "
+                f"WHERE s.tsv @@ q.query AND {where} "
                 f"ORDER BY 7 DESC, s.updated_at DESC, s.namespace, s.key{page}"
             )
         rows = yield (template, params, ALL)

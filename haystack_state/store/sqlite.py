@@ -23,6 +23,7 @@ from haystack_state.store import ops
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
 from haystack_state.store.search import Condition
+from haystack_state.store.sql import prefix_sql, search_clauses
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
 
@@ -57,11 +58,8 @@ _COLUMNS = "s.namespace, s.key, s.value, s.created_at, s.updated_at, s.ttl"
 _TYPES = {"str": "= 'text'", "number": "IN ('integer', 'real')", "true": "= 'true'", "false": "= 'false'"}
 
 
-def _prefix_sql(prefix: str, params: dict[str, Any]) -> str:
-    if not prefix:
-        return "1"
-    params["prefix"], params["low"], params["high"] = prefix, prefix + ".", prefix + "/"  # '/' follows '.'
-    return "(s.namespace = :prefix OR (s.namespace > :low AND s.namespace < :high))"
+def _mark(name: str) -> str:
+    return f":{name}"
 
 
 def _condition_sql(index: int, condition: Condition, params: dict[str, Any]) -> str:
@@ -129,7 +127,7 @@ class SQLiteStore(Store):
                 return self._search(conn, op)
             assert isinstance(op, ops.Namespaces)
             params: dict[str, Any] = {"now": op.now}
-            where = _prefix_sql(op.prefix, params)
+            where = prefix_sql(op.prefix, params, _mark)
             query = f"SELECT DISTINCT s.namespace FROM {ITEMS} AS s WHERE {where} AND {_VISIBLE} ORDER BY 1"
             return [found[0] for found in conn.execute(query, params)]
 
@@ -190,32 +188,21 @@ class SQLiteStore(Store):
         ).rowcount
 
     def _search(self, conn: sqlite3.Connection, op: ops.Search) -> list[Row]:
-        params: dict[str, Any] = {"now": op.now}
-        where = [_prefix_sql(op.prefix, params), _VISIBLE]
-        if op.conditions:
-            tests = " AND ".join(_condition_sql(i, c, params) for i, c in enumerate(op.conditions))
-            where.append(f"(s.plain = 0 OR ({tests}))")
+        where, page, params = search_clauses(op, _mark, _condition_sql, unchecked="s.plain = 0", no_limit="-1")
         vector = ", s.vector" if op.vectors else ", NULL"
-        page = ""
-        if op.limit is not None:
-            page = " LIMIT :limit OFFSET :offset"
-            params["limit"], params["offset"] = op.limit, op.offset
         if op.terms is None:
             query = (
-                f"SELECT {_COLUMNS}, NULL{vector} FROM {ITEMS} AS s WHERE {' AND '.join(where)} "
+                f"SELECT {_COLUMNS}, NULL{vector} FROM {ITEMS} AS s WHERE {where} "
                 f"ORDER BY s.updated_at DESC, s.namespace, s.key{page}"
             )
         else:
             params["match"] = " OR ".join('"' + term.replace('"', '""') + '"' for term in op.terms)
             query = (
                 f"SELECT {_COLUMNS}, -bm25({FTS}){vector} FROM {FTS} JOIN {ITEMS} AS s ON s.id = {FTS}.rowid "
-                f"WHERE {FTS} MATCH :match AND {' AND '.join(where)} "
+                f"WHERE {FTS} MATCH :match AND {where} "
                 f"ORDER BY bm25({FTS}), s.updated_at DESC, s.namespace, s.key{page}"
             )
-        rows = [Row(*found) for found in conn.execute(query, params)]
-        if op.limit is None and op.offset:
-            rows = rows[op.offset :]
-        return rows
+        return [Row(*found) for found in conn.execute(query, params)]
 
     @contextmanager
     def _raw_connection(self) -> Iterator[sqlite3.Connection]:
