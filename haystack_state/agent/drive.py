@@ -94,6 +94,18 @@ def _run_coroutine(awaitable: Awaitable[T]) -> T:
         return helper.submit(context.run, asyncio.run, wait()).result()
 
 
+def _batch_options(runner: EffectRunner, effect: RunTools) -> dict[str, Any]:
+    """The keyword arguments of ``run_tool_batch`` and ``run_tool_batch_async`` for a tool batch."""
+    return {
+        "settings": runner.tool_settings,
+        "streaming_callback": effect.streaming_callback,  # (the runner's kind, selected by the loop)
+        "context": effect.context,
+        "answers": effect.answers,
+        "hold": effect.hold,
+        "on_call": effect.on_call,
+    }
+
+
 def execute(runner: EffectRunner, effect: Effect) -> object:
     """
     Execute one effect synchronously.
@@ -107,17 +119,7 @@ def execute(runner: EffectRunner, effect: Effect) -> object:
     if isinstance(effect, CallModel):
         return (effect.generator or runner.chat_generator).run(**effect.inputs)
     if isinstance(effect, RunTools):
-        return run_tool_batch(
-            effect.messages,
-            effect.state,
-            effect.specs,
-            settings=runner.tool_settings,
-            streaming_callback=effect.streaming_callback,  # type: ignore[arg-type]  # (selected for the sync runner)
-            context=effect.context,
-            answers=effect.answers,
-            hold=effect.hold,
-            on_call=effect.on_call,
-        )
+        return run_tool_batch(effect.messages, effect.state, effect.specs, **_batch_options(runner, effect))
     if isinstance(effect, Commit):
         return effect.session.commit(
             effect.state, effect.source, tool_names=effect.tool_names, metadata=effect.metadata, step=effect.step
@@ -159,17 +161,7 @@ async def execute_async(runner: EffectRunner, effect: Effect) -> object:
             return await run_async(**effect.inputs)
         return await asyncio.to_thread(generator.run, **effect.inputs)
     if isinstance(effect, RunTools):
-        return await run_tool_batch_async(
-            effect.messages,
-            effect.state,
-            effect.specs,
-            settings=runner.tool_settings,
-            streaming_callback=effect.streaming_callback,
-            context=effect.context,
-            answers=effect.answers,
-            hold=effect.hold,
-            on_call=effect.on_call,
-        )
+        return await run_tool_batch_async(effect.messages, effect.state, effect.specs, **_batch_options(runner, effect))
     if isinstance(effect, Commit):
         return await effect.session.commit_async(
             effect.state, effect.source, tool_names=effect.tool_names, metadata=effect.metadata, step=effect.step

@@ -66,8 +66,11 @@ class AgentEvent:
     thread_id: str | None = None
 
     def payload(self) -> dict[str, Any]:
-        """The event's own fields, JSON-ready (everything but the common ones)."""
-        return {}
+        """
+        The event's own fields, JSON-ready (everything but the common ones). By default, their values as they are:
+        an event with a field that needs rendering (a message, a chunk, state values) overrides this.
+        """
+        return {name: getattr(self, name) for name in _own_fields(type(self))}
 
     def to_dict(self) -> dict[str, Any]:
         """
@@ -83,6 +86,18 @@ class AgentEvent:
             "thread_id": self.thread_id,
             **self.payload(),
         }
+
+
+_OWN_FIELDS: dict[type[AgentEvent], tuple[str, ...]] = {}
+
+
+def _own_fields(cls: type[AgentEvent]) -> tuple[str, ...]:
+    """An event class's fields beyond the common ones (``run_id``, ``seq``, ``time``, ``thread_id``), in order."""
+    names = _OWN_FIELDS.get(cls)
+    if names is None:
+        common = {field.name for field in dataclasses.fields(AgentEvent)}
+        names = _OWN_FIELDS[cls] = tuple(field.name for field in dataclasses.fields(cls) if field.name not in common)
+    return names
 
 
 def _message(message: ChatMessage | None) -> dict[str, Any] | None:
@@ -101,9 +116,6 @@ class RunStarted(AgentEvent):
     type: ClassVar[str] = "run_started"
     checkpoint_id: str | None = None
     continuing: bool = False
-
-    def payload(self) -> dict[str, Any]:
-        return {"checkpoint_id": self.checkpoint_id, "continuing": self.continuing}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -202,16 +214,6 @@ class ToolCallFinished(AgentEvent):
     error: bool
     duration: float
 
-    def payload(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "tool_name": self.tool_name,
-            "call_id": self.call_id,
-            "result": self.result,
-            "error": self.error,
-            "duration": self.duration,
-        }
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Retrying(AgentEvent):
@@ -241,19 +243,6 @@ class Retrying(AgentEvent):
     error_type: str
     tool_name: str | None = None
     call_id: str | None = None
-
-    def payload(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "kind": self.kind,
-            "attempt": self.attempt,
-            "max_attempts": self.max_attempts,
-            "delay": self.delay,
-            "error": self.error,
-            "error_type": self.error_type,
-            "tool_name": self.tool_name,
-            "call_id": self.call_id,
-        }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -297,9 +286,6 @@ class CheckpointCommitted(AgentEvent):
     checkpoint_id: str
     step: int
     source: str
-
-    def payload(self) -> dict[str, Any]:
-        return {"checkpoint_id": self.checkpoint_id, "step": self.step, "source": self.source}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -373,9 +359,6 @@ class RunFailed(AgentEvent):
     error: str
     error_type: str
     cancelled: bool = False
-
-    def payload(self) -> dict[str, Any]:
-        return {"error": self.error, "error_type": self.error_type, "cancelled": self.cancelled}
 
 
 class EventSink:

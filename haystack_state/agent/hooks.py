@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
@@ -36,18 +36,17 @@ __all__ = [
     "HOOK_POINTS",
     "call_hook",
     "call_hook_async",
-    "close_hooks",
-    "close_hooks_async",
+    "call_lifecycle_async",
     "deserialize_hooks",
     "hook_name",
     "hook_span",
+    "hooks_lifecycle",
+    "hooks_lifecycle_async",
     "is_hook_object",
     "normalize_hooks",
     "serialize_hooks",
     "unique_hooks",
     "wait",
-    "warm_up_hooks",
-    "warm_up_hooks_async",
 ]
 
 #: The points of a run where hooks run, in the order a step reaches them.
@@ -221,38 +220,28 @@ def unique_hooks(hooks: Mapping[HookPoint, list[Hook]]) -> list[Hook]:
     return list(seen.values())
 
 
-def _lifecycle(hooks: Iterable[Hook], name: str) -> list[Callable[[], Any]]:
-    return [method for hook in hooks if callable(method := getattr(hook, name, None))]
-
-
-def warm_up_hooks(hooks: Mapping[HookPoint, list[Hook]]) -> None:
-    """Call ``warm_up()`` on every hook object that has one, once per hook."""
-    for method in _lifecycle(unique_hooks(hooks), "warm_up"):
+async def call_lifecycle_async(target: object, name: str) -> None:
+    """
+    Await ``target``'s ``<name>_async()`` where it has one, or call its ``<name>()`` (``warm_up``, ``close``); nothing
+    if it has neither.
+    """
+    if callable(method := getattr(target, f"{name}_async", None)):
+        await method()
+    elif callable(method := getattr(target, name, None)):
         method()
 
 
-async def warm_up_hooks_async(hooks: Mapping[HookPoint, list[Hook]]) -> None:
-    """Await ``warm_up_async()`` on every hook that has one; call ``warm_up()`` on the others."""
+def hooks_lifecycle(hooks: Mapping[HookPoint, list[Hook]], name: str) -> None:
+    """Call ``<name>()`` (``warm_up``, ``close``) on every hook object that has one, once per hook."""
     for hook in unique_hooks(hooks):
-        if callable(warm := getattr(hook, "warm_up_async", None)):
-            await warm()
-        elif callable(warm := getattr(hook, "warm_up", None)):
-            warm()
+        if callable(method := getattr(hook, name, None)):
+            method()
 
 
-def close_hooks(hooks: Mapping[HookPoint, list[Hook]]) -> None:
-    """Call ``close()`` on every hook object that has one, once per hook."""
-    for method in _lifecycle(unique_hooks(hooks), "close"):
-        method()
-
-
-async def close_hooks_async(hooks: Mapping[HookPoint, list[Hook]]) -> None:
-    """Await ``close_async()`` on every hook that has one; call ``close()`` on the others."""
+async def hooks_lifecycle_async(hooks: Mapping[HookPoint, list[Hook]], name: str) -> None:
+    """Await ``<name>_async()`` on every hook that has one, call ``<name>()`` on the others; once per hook."""
     for hook in unique_hooks(hooks):
-        if callable(close := getattr(hook, "close_async", None)):
-            await close()
-        elif callable(close := getattr(hook, "close", None)):
-            close()
+        await call_lifecycle_async(hook, name)
 
 
 def serialize_hooks(hooks: Mapping[HookPoint, list[Hook]]) -> dict[str, list[Any]] | None:

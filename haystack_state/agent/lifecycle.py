@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING
 
 from haystack.tools.utils import close_tools, close_tools_async, warm_up_tools, warm_up_tools_async
 
-from haystack_state.agent.hooks import close_hooks, close_hooks_async, warm_up_hooks, warm_up_hooks_async
+from haystack_state.agent.hooks import (
+    call_lifecycle_async,
+    hooks_lifecycle,
+    hooks_lifecycle_async,
+)
 
 if TYPE_CHECKING:
     from haystack_state.agent.component import Agent
@@ -29,7 +33,7 @@ def warm_up(agent: Agent) -> None:
     if agent.setup.warmed_up:
         return
     warm_up_tools(agent.tools)
-    warm_up_hooks(agent.hooks)
+    hooks_lifecycle(agent.hooks, "warm_up")
     if hasattr(agent.chat_generator, "warm_up"):
         agent.chat_generator.warm_up()
     agent.setup.check_tools(agent)
@@ -40,18 +44,15 @@ async def warm_up_async(agent: Agent) -> None:
     if agent.setup.warmed_up:
         return
     await warm_up_tools_async(agent.tools)
-    await warm_up_hooks_async(agent.hooks)
-    if hasattr(agent.chat_generator, "warm_up_async"):
-        await agent.chat_generator.warm_up_async()
-    elif hasattr(agent.chat_generator, "warm_up"):
-        agent.chat_generator.warm_up()
+    await hooks_lifecycle_async(agent.hooks, "warm_up")
+    await call_lifecycle_async(agent.chat_generator, "warm_up")
     agent.setup.check_tools(agent)
 
 
 def close(agent: Agent) -> None:
     """Release what the tools, hooks and chat generator hold (clients, models). A later run warms up again."""
     close_tools(agent.tools)
-    close_hooks(agent.hooks)
+    hooks_lifecycle(agent.hooks, "close")
     if hasattr(agent.chat_generator, "close"):
         agent.chat_generator.close()
     agent.setup.warmed_up = False
@@ -60,11 +61,8 @@ def close(agent: Agent) -> None:
 async def close_async(agent: Agent) -> None:
     """Release what the tools, hooks and chat generator hold, awaiting their ``close_async`` where they have one."""
     await close_tools_async(agent.tools)
-    await close_hooks_async(agent.hooks)
-    if hasattr(agent.chat_generator, "close_async"):
-        await agent.chat_generator.close_async()
-    elif hasattr(agent.chat_generator, "close"):
-        agent.chat_generator.close()
+    await hooks_lifecycle_async(agent.hooks, "close")
+    await call_lifecycle_async(agent.chat_generator, "close")
     agent.setup.warmed_up = False
 
 

@@ -34,16 +34,8 @@ from haystack.tools.toolset import Toolset
 from haystack.tracing.tracer import Span
 
 from haystack_state._driver import Flow, perform
+from haystack_state.agent import effects
 from haystack_state.agent.continuation import HOOK_ANSWERS, Continuation, in_call_order, plan_continuation
-from haystack_state.agent.effects import (
-    AskHooks,
-    Effect,
-    HookInterrupt,
-    LoadField,
-    RunHooks,
-    RunTools,
-    TakeLease,
-)
 from haystack_state.agent.events import Interrupted, RunStarted
 from haystack_state.agent.hooks import is_hook_object
 from haystack_state.agent.human import check_edits, hook_request, review_requests, waiting_requests
@@ -65,7 +57,7 @@ from haystack_state.agent.run_setup import check_request, prepare_state
 from haystack_state.agent.session import ThreadSession, before_request
 from haystack_state.agent.spans import current_span, schema_tag, span, tracing_enabled
 from haystack_state.errors import AgentRunError, ToolInvocationError
-from haystack_state.invocation.outcome import BatchOutcome, PendingCall
+from haystack_state.invocation.outcome import BatchOutcome
 from haystack_state.runtime import RunContext, check_tool_deps
 
 __all__ = ["AgentRun", "agent_loop"]
@@ -173,7 +165,7 @@ class AgentRun:
 
     # --- setting up ------------------------------------------------------------------------------------------------
 
-    def _take_held_input(self) -> Iterable[Effect]:
+    def _take_held_input(self) -> Iterable[effects.Effect]:
         """Append the new messages held back while the thread's unfinished step was finished or closed."""
         held, self.held = self.held, []
         stored = len(self.state.view("messages") or [])
@@ -201,7 +193,7 @@ class AgentRun:
             if spec.scope != "loaded" or spec.loader is None:
                 continue
             try:
-                value = yield from perform(LoadField(key, spec.loader, self.run_context, self.state))
+                value = yield from perform(effects.LoadField(key, spec.loader, self.run_context, self.state))
                 self.state.set(key, value)
             except Exception as exc:
                 error = AgentRunError(
@@ -232,53 +224,43 @@ class AgentRun:
         if not hooks:
             return []
         try:
-            returned = yield from perform(RunHooks(point, hooks, self.state))
+            returned = yield from perform(effects.RunHooks(point, hooks, self.state))
         except Exception as exc:
             raise self.fail(f"the '{point}' hook", exc) from None
         return returned
 
-    def _run_tools(
-        self,
-        calling: list[ChatMessage],
-        rejected: Mapping[str, ChatMessage],
-        order: list[str | None],
-        hold: frozenset[str] = frozenset(),
-    ) -> Flow[tuple[list[ChatMessage], list[PendingCall]]]:
-        """
-        Run the tool calls of ``calling`` (the ``hold`` ones not at all); put their results (and the rejected calls')
-        in order in the state. Returns the results and the calls left waiting for a human.
-        """
-        outcome: BatchOutcome | None = None
-        if calling:
-            sink = self.request.sink
-            try:
-                outcome = yield from perform(
-                    RunTools(
-                        calling,
-                        self.state,
-                        self.tools.specs,
-                        self.request.streaming_callback,
-                        self.run_context,
-                        self.answers or None,
-                        hold,
-                        self._on_call if sink is not None else None,
-                    )
+    def _run_tools(self, calling: list[ChatMessage], hold: frozenset[str]) -> Flow[BatchOutcome | None]:
+        """Run the tool calls of ``calling`` (the ``hold`` ones not at all); None if there are none."""
+        if not calling:
+            return None
+        sink = self.request.sink
+        try:
+            outcome: BatchOutcome = yield from perform(
+                effects.RunTools(
+                    calling,
+                    self.state,
+                    self.tools.specs,
+                    self.request.streaming_callback,
+                    self.run_context,
+                    self.answers or None,
+                    hold,
+                    self._on_call if sink is not None else None,
                 )
-            except Exception as exc:
-                raise self.fail("a tool call", exc) from None
-        executed = outcome.messages if outcome is not None else []
-        if outcome is not None and outcome.retries:
+            )
+        except Exception as exc:
+            raise self.fail("a tool call", exc) from None
+        if outcome.retries:
             self.commits.retries.extend({**retry, "step": self.step} for retry in outcome.retries)
-        tool_messages = with_ids(in_call_order(order, executed, rejected))
+        return outcome
+
+    def _record_results(self, tool_messages: list[ChatMessage]) -> None:
+        """Put a step's tool results (in call order) in the state and count the calls per tool."""
         self.state.set("messages", tool_messages)
         counts = self.state.run_values["tool_call_counts"]
         for message in tool_messages:
             if message.tool_call_result is not None:
                 name = message.tool_call_result.origin.tool_name
                 counts[name] = counts.get(name, 0) + 1
-        if "after_tool" in self.hook_points and tool_messages:
-            yield from self._hooks("after_tool")
-        return tool_messages, (outcome.interrupts if outcome is not None else [])
 
     def _on_call(self, kind: str, data: dict[str, Any]) -> None:
         """The tool runner's per-call events, as ``ToolCallStarted``/``ToolCallFinished`` events."""
@@ -311,10 +293,16 @@ class AgentRun:
         hold: frozenset[str] = frozenset(),
     ) -> Flow[str | None]:
         """
-        Run a step's tool calls and commit their results; the exit-condition tool that fired, if any, or
-        ``EXIT_INTERRUPTED`` if the step stopped for a human (a held call, an ``interrupt()``, ``interrupt_after``).
+        Run a step's tool calls (the ``hold`` ones not at all), put their results (and the rejected calls') in order
+        in the state, and commit them; the exit-condition tool that fired, if any, or ``EXIT_INTERRUPTED`` if the step
+        stopped for a human (a held call, an ``interrupt()``, ``interrupt_after``).
         """
-        tool_messages, pending = yield from self._run_tools(calling, rejected, order, hold)
+        outcome = yield from self._run_tools(calling, hold)
+        tool_messages = with_ids(in_call_order(order, outcome.messages if outcome is not None else [], rejected))
+        self._record_results(tool_messages)
+        if "after_tool" in self.hook_points and tool_messages:
+            yield from self._hooks("after_tool")
+        pending = outcome.interrupts if outcome is not None else []
         names = [m.tool_call_result.origin.tool_name for m in tool_messages if m.tool_call_result is not None]
         self.state.run_values["step_count"] = self.step
         if pending:
@@ -342,10 +330,12 @@ class AgentRun:
         if "before_tool" not in self.hook_points:
             return False
         try:
-            returned = yield from perform(AskHooks("before_tool", self.hooks["before_tool"], self.state, list(answers)))
+            returned = yield from perform(
+                effects.AskHooks("before_tool", self.hooks["before_tool"], self.state, list(answers))
+            )
         except Exception as exc:
             raise self.fail("the 'before_tool' hook", exc) from None
-        if not isinstance(returned, HookInterrupt):
+        if not isinstance(returned, effects.HookInterrupt):
             return False
         last = self.state.last("messages")
         self.waiting = list(last.tool_calls) if last is not None and last.is_from("assistant") else []
@@ -452,7 +442,7 @@ class AgentRun:
             try:
                 if self.session is not None:
                     # The run's inputs are checked: from here on, no other run may take the thread.
-                    yield from perform(TakeLease(self.session))
+                    yield from perform(effects.TakeLease(self.session))
                 yield from self._load_fields()
                 yield from self.commits.commit("input", continues=True)
                 if not self.continuing:

@@ -30,7 +30,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Generator, Hashable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Hashable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from haystack.dataclasses import ChatMessage
@@ -147,10 +147,6 @@ def stream(
     agent.warm_up()
     warm_up_tools(runtime_tools(tools))
     channel = _Channel()
-    sink = EventSink(channel.put, thread_id)
-    if run_id is not None:
-        sink.run_id = run_id
-    control = RunControl()
     options = RunOptions(
         streaming_callback,
         thread_id,
@@ -165,6 +161,7 @@ def stream(
         run_id,
         enable_streaming_callback_passthrough,
     )
+    sink, control = _event_sink(options, channel.put), RunControl()
     request = prepare(agent, messages, kwargs, options, is_async=False, sink=sink, control=control)
     session = open_thread(agent, options)
     try:
@@ -195,24 +192,10 @@ async def stream_async(
     **kwargs: Any,
 ) -> AsyncIterator[AgentEvent]:
     """
-    Run the agent asynchronously and yield its events as they happen (see :func:`stream`). Stop iterating (or
-    cancel the consuming task) to cancel the run.
+    Run the agent asynchronously and yield its events as they happen. Same parameters and events as
+    :func:`stream`; the ``streaming_callback`` may be sync or async. Stop iterating (or cancel the consuming task) to
+    cancel the run.
 
-    :param messages: The conversation so far.
-    :param streaming_callback: Also receives the model's chunks and the tool results (sync or async).
-    :param thread_id: Run on this durable thread.
-    :param checkpoint_id: With ``thread_id``, fork from this earlier checkpoint.
-    :param generation_kwargs: Settings for the chat generator for this run.
-    :param tools: The tools for this run.
-    :param hook_context: Per-run resources for hooks.
-    :param context: The run's dependencies (see :meth:`Agent.run`).
-    :param decisions: Resume the interrupted thread ``thread_id`` with these decisions, as :meth:`Agent.resume` takes
-        them (``messages`` empty): the resumed run's events are streamed.
-    :param answers: Resume it with these answers to ``interrupt()`` requests, as :meth:`Agent.resume` takes them.
-    :param on_unfinished_calls: See :meth:`Agent.run`.
-    :param run_id: An id for the run (its events' ``run_id``), recorded in its checkpoints' metadata.
-    :param enable_streaming_callback_passthrough: See :meth:`Agent.run`.
-    :param kwargs: Initial values for state keys, and the prompts' variables.
     :returns: An async iterator of events.
     """
     check_resume(messages, thread_id, checkpoint_id, decisions, answers)
@@ -224,10 +207,6 @@ async def stream_async(
     def deliver(event: object) -> None:  # tool calls emit from worker threads
         loop.call_soon_threadsafe(events.put_nowait, event)
 
-    sink = EventSink(deliver, thread_id)
-    if run_id is not None:
-        sink.run_id = run_id
-    control = RunControl()
     options = RunOptions(
         streaming_callback,
         thread_id,
@@ -242,6 +221,7 @@ async def stream_async(
         run_id,
         enable_streaming_callback_passthrough,
     )
+    sink, control = _event_sink(options, deliver), RunControl()
     request = prepare(agent, messages, kwargs, options, is_async=True, sink=sink, control=control)
     session = await open_thread_async(agent, options)
     try:
@@ -280,6 +260,14 @@ async def stream_async(
             task.cancel()
         with contextlib.suppress(BaseException):
             await task
+
+
+def _event_sink(options: RunOptions, deliver: Callable[[AgentEvent], None]) -> EventSink:
+    """A stream's sink, handing its events to ``deliver``; they carry the run's ``run_id`` if one was given."""
+    sink = EventSink(deliver, options.thread_id)
+    if options.run_id is not None:
+        sink.run_id = options.run_id
+    return sink
 
 
 def _report(sink: EventSink, error: BaseException) -> None:

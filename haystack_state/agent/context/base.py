@@ -8,6 +8,7 @@ A policy decides what the model is sent before each call; it never changes what 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -26,6 +27,7 @@ __all__ = [
     "ContextPolicy",
     "ContextView",
     "PolicyBase",
+    "check_count",
     "policy_from_dict",
     "policy_to_dict",
     "policy_tools",
@@ -182,7 +184,11 @@ class PolicyBase:
         return default_from_dict(cls, data)
 
     def _init_parameters(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """
+        The ``__init__`` parameters, read from the attributes of the same names (a policy that keeps one under
+        another name overrides this).
+        """
+        return {name: getattr(self, name) for name in _init_names(type(self))}
 
     def __or__(self, other: ContextPolicy) -> ComposePolicies:
         return ComposePolicies([self, other])
@@ -193,6 +199,29 @@ class PolicyBase:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in self._init_parameters().items())
         return f"{type(self).__name__}({fields})"
+
+
+_INIT_NAMES: dict[type[PolicyBase], tuple[str, ...]] = {}
+
+
+def _init_names(cls: type[PolicyBase]) -> tuple[str, ...]:
+    names = _INIT_NAMES.get(cls)
+    if names is None:
+        names = _INIT_NAMES[cls] = tuple(name for name in inspect.signature(cls.__init__).parameters if name != "self")
+    return names
+
+
+def check_count(value: object, minimum: int, where: str) -> int:
+    """
+    A whole number of at least ``minimum`` (a bool is not one).
+
+    :param where: What names it in the error, e.g. ``"Summarize: trigger_tokens"``.
+    :raises ValueError: If ``value`` is not such a number.
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        wanted = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"{where} must be {wanted}, got {value!r}.")
+    return value
 
 
 def _locate_run_start(view: ContextView, plan: ContextPlan) -> int:
@@ -293,6 +322,3 @@ class ComposePolicies(PolicyBase):
         params = dict(data.get("init_parameters", {}))
         params["policies"] = [policy_from_dict(p) for p in params.get("policies", [])]
         return cls(**params)
-
-    def _init_parameters(self) -> dict[str, Any]:
-        return {"policies": self.policies}

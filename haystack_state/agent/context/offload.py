@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, overload
 from haystack.dataclasses import ChatMessage, ChatRole, TextContent, ToolCallResult
 from haystack.tools.tool import Tool
 
-from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase
+from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase, check_count
 from haystack_state.agent.context.shape import CONTEXT_META_KEY
 from haystack_state.agent.context.tokens import IdentityCache
 from haystack_state.state import State
@@ -162,8 +162,7 @@ class OffloadToolResults(PolicyBase):
         """
         limits = dict(tools) if tools is not None else {}
         for name, limit in [("max_chars", max_chars), *((f"tools[{k!r}]", v) for k, v in limits.items())]:
-            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-                raise ValueError(f"OffloadToolResults: {name} must be a positive int, got {limit!r}.")
+            check_count(limit, 1, f"OffloadToolResults: {name}")
         if not isinstance(preview_chars, int) or preview_chars < 0:
             raise ValueError(f"OffloadToolResults: preview_chars must be an int >= 0, got {preview_chars!r}.")
         too_small = [name for name, limit in [("max_chars", max_chars), *limits.items()] if preview_chars >= limit]

@@ -13,15 +13,8 @@ from haystack.dataclasses import ChatMessage
 from haystack.token_counters import TokenCounter
 from haystack.utils.deserialization import deserialize_component_inplace
 
-from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase
-from haystack_state.agent.context.shape import (
-    RunWarnings,
-    assemble,
-    head_end,
-    is_turn_start,
-    must_keep_from,
-    step_back_to_cut,
-)
+from haystack_state.agent.context import shape
+from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase, check_count
 from haystack_state.agent.context.summary import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     ContextSummary,
@@ -85,21 +78,17 @@ class Summarize(PolicyBase):
             raise ValueError(
                 f"Summarize: chat_generator must be a chat generator (with run()), got {chat_generator!r}."
             )
-        if not isinstance(trigger_tokens, int) or isinstance(trigger_tokens, bool) or trigger_tokens < 1:
-            raise ValueError(f"Summarize: trigger_tokens must be a positive int, got {trigger_tokens!r}.")
-        if not isinstance(keep_last_turns, int) or isinstance(keep_last_turns, bool) or keep_last_turns < 0:
-            raise ValueError(f"Summarize: keep_last_turns must be an int >= 0, got {keep_last_turns!r}.")
+        self.chat_generator = chat_generator
+        self.trigger_tokens = check_count(trigger_tokens, 1, "Summarize: trigger_tokens")
+        self.keep_last_turns = check_count(keep_last_turns, 0, "Summarize: keep_last_turns")
         if max_result_chars is not None and max_result_chars < 1:
             raise ValueError(f"Summarize: max_result_chars must be positive or None, got {max_result_chars!r}.")
-        self.chat_generator = chat_generator
-        self.trigger_tokens = trigger_tokens
-        self.keep_last_turns = keep_last_turns
         self.instructions = instructions
         self.counter = counter
         self.max_result_chars = max_result_chars
         self._notes: OrderedDict[ContextSummary, ChatMessage] = OrderedDict()
         self._notes_lock = threading.Lock()
-        self._warnings = RunWarnings()
+        self._warnings = shape.RunWarnings()
 
     def _note(self, summary: ContextSummary) -> ChatMessage:
         """The note carrying a summary: one message object per summary, so that its token count is cached."""
@@ -134,21 +123,21 @@ class Summarize(PolicyBase):
         :returns: The plan, with ``summarize`` set when a fold is due.
         """
         messages = view.messages
-        head = head_end(messages)
+        head = shape.head_end(messages)
         summary = self._summary(view)
         covered = max(summary.end if summary is not None else head, head)
-        keep = must_keep_from(messages, view.run_start, head)
+        keep = shape.must_keep_from(messages, view.run_start, head)
         turns, fold_end = 0, head
         if self.keep_last_turns == 0:
             fold_end = keep
         else:
             for index in range(len(messages) - 1, head - 1, -1):
-                if is_turn_start(messages[index]):
+                if shape.is_turn_start(messages[index]):
                     turns += 1
                     if turns == self.keep_last_turns:
                         fold_end = index
                         break
-        fold_end = step_back_to_cut(messages, min(fold_end, keep), head)
+        fold_end = shape.step_back_to_cut(messages, min(fold_end, keep), head)
         request = None
         if fold_end > covered:
             meter = token_meter(self.counter or view.counter)
@@ -164,20 +153,10 @@ class Summarize(PolicyBase):
                     counter=self.counter or view.counter,
                     chat_generator=self.chat_generator,
                 )
-        cut = step_back_to_cut(messages, min(covered, keep), head)
+        cut = shape.step_back_to_cut(messages, min(covered, keep), head)
         notes = [self._note(summary)] if summary is not None else []
-        sent, run_start = assemble(messages, head, cut, view.run_start, notes)
+        sent, run_start = shape.assemble(messages, head, cut, view.run_start, notes)
         return ContextPlan(sent, summarize=request, run_start=run_start)
-
-    def _init_parameters(self) -> dict[str, Any]:
-        return {
-            "chat_generator": self.chat_generator,
-            "trigger_tokens": self.trigger_tokens,
-            "keep_last_turns": self.keep_last_turns,
-            "instructions": self.instructions,
-            "counter": self.counter,
-            "max_result_chars": self.max_result_chars,
-        }
 
     def to_dict(self) -> dict[str, Any]:
         """

@@ -12,7 +12,7 @@ from typing import Any
 from haystack.token_counters import TokenCounter
 from haystack.utils.deserialization import deserialize_component_inplace
 
-from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase
+from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase, check_count
 from haystack_state.agent.context.shape import (
     RunWarnings,
     assemble,
@@ -54,9 +54,7 @@ class SlidingWindow(PolicyBase):
 
         :param max_turns: How many recent turns to send (at least 1).
         """
-        if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
-            raise ValueError(f"SlidingWindow: max_turns must be an int of at least 1, got {max_turns!r}.")
-        self.max_turns = max_turns
+        self.max_turns = check_count(max_turns, 1, "SlidingWindow: max_turns")
 
     def plan(self, view: ContextView) -> ContextPlan:
         """
@@ -77,9 +75,6 @@ class SlidingWindow(PolicyBase):
         cut = step_back_to_cut(messages, min(start, must_keep_from(messages, view.run_start, head)), head)
         sent, run_start = assemble(messages, head, cut, view.run_start)
         return ContextPlan(sent, run_start=run_start)
-
-    def _init_parameters(self) -> dict[str, Any]:
-        return {"max_turns": self.max_turns}
 
 
 class TokenBudget(PolicyBase):
@@ -104,9 +99,7 @@ class TokenBudget(PolicyBase):
         :param max_tokens: The budget, in tokens.
         :param counter: The haystack ``TokenCounter`` to measure with; the view's if None.
         """
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise ValueError(f"TokenBudget: max_tokens must be a positive int, got {max_tokens!r}.")
-        self.max_tokens = max_tokens
+        self.max_tokens = check_count(max_tokens, 1, "TokenBudget: max_tokens")
         self.counter = counter
         self._warnings = RunWarnings()
 
@@ -144,9 +137,6 @@ class TokenBudget(PolicyBase):
                     cut = index
         sent, run_start = assemble(messages, head, cut, view.run_start)
         return ContextPlan(sent, run_start=run_start)
-
-    def _init_parameters(self) -> dict[str, Any]:
-        return {"max_tokens": self.max_tokens, "counter": self.counter}
 
     def to_dict(self) -> dict[str, Any]:
         """
