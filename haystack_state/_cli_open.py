@@ -97,13 +97,8 @@ def open_checkpointer(
 
 def open_store(target: str, *, schema: str = "public", access: Access = "read", command: str = "this command") -> Store:
     """
-    Open the memory store of ``target`` for a command (the caller closes it).
-
-    :param target: A SQLite file or a PostgreSQL URL.
-    :param schema: The PostgreSQL schema.
-    :param access: ``read``, ``write`` or ``create`` (see the module's docstring).
-    :param command: The command, as a read-only database's error names it.
-    :raises CliError: For a database that cannot be used so, naming it and why.
+    Open the memory store of ``target`` for a command (the caller closes it). The parameters and errors are
+    :func:`open_checkpointer`'s.
     """
     if is_postgres(target):
         try:

@@ -204,6 +204,16 @@ class AgentWrapper(BasePipelineWrapper):  # type: ignore[misc]
             with contextlib.suppress(ThreadNotFoundError):
                 self._checkpointer().delete_thread(plan.thread_id)
 
+    def _finish(self, plan: RunPlan, events: Iterator[AgentEvent]) -> None:
+        """The end of a run's answer, however it ends: close its events, and discard a scratch thread."""
+        _close(events)
+        self._discard(plan)
+
+    async def _finish_async(self, plan: RunPlan, events: AsyncIterator[AgentEvent]) -> None:
+        """:meth:`_finish` on the event loop (the thread is discarded in a worker thread)."""
+        await _aclose(events)
+        await asyncio.to_thread(self._discard, plan)
+
     def closing_note(self, thread_id: str, outputs: Mapping[str, Any]) -> str | None:
         """
         A line added after the answer when the run did not end with one: the run waits for a human
@@ -229,8 +239,7 @@ class AgentWrapper(BasePipelineWrapper):  # type: ignore[misc]
                 if isinstance(event, RunFinished) and (note := self.closing_note(plan.thread_id, event.outputs)):
                     yield from streamer.note(note)
         finally:
-            _close(events)
-            self._discard(plan)
+            self._finish(plan, events)
 
     async def _chat_items_async(
         self, plan: RunPlan, events: AsyncIterator[AgentEvent], streamer: ChatStreamer
@@ -243,8 +252,7 @@ class AgentWrapper(BasePipelineWrapper):  # type: ignore[misc]
                     for item in streamer.note(note):
                         yield item
         finally:
-            await _aclose(events)
-            await asyncio.to_thread(self._discard, plan)
+            await self._finish_async(plan, events)
 
     # --- chat completions -------------------------------------------------------------------------------------
 
@@ -276,13 +284,9 @@ class AgentWrapper(BasePipelineWrapper):  # type: ignore[misc]
         self, model: str, messages: list[dict[str, Any]], body: dict[str, Any], headers: Headers | None = None
     ) -> str | AsyncGenerator[Any, None]:
         """
-        :meth:`run_chat_completion` on the event loop: the thread is read in a worker thread, the Agent runs with
-        ``stream_async``.
+        :meth:`run_chat_completion` on the event loop, with the same parameters: the thread is read in a worker
+        thread, the Agent runs with ``stream_async``.
 
-        :param model: The deployment's name.
-        :param messages: The conversation, as the client sends it.
-        :param body: The request body.
-        :param headers: The request's headers.
         :returns: The answer, or an async generator of its pieces.
         """
         with http_errors():
@@ -334,8 +338,7 @@ class AgentWrapper(BasePipelineWrapper):  # type: ignore[misc]
             yield from streamer.finish()
             yield self._response(model, plan, outputs, streamer, body)
         finally:
-            _close(events)
-            self._discard(plan)
+            self._finish(plan, events)
 
     async def _response_events_async(
         self, model: str, plan: RunPlan, events: AsyncIterator[AgentEvent], body: Mapping[str, Any]
@@ -352,8 +355,7 @@ class AgentWrapper(BasePipelineWrapper):  # type: ignore[misc]
                 yield item
             yield self._response(model, plan, outputs, streamer, body)
         finally:
-            await _aclose(events)
-            await asyncio.to_thread(self._discard, plan)
+            await self._finish_async(plan, events)
 
     def run_response(
         self, model: str, input_items: list[dict[str, Any]], body: dict[str, Any], headers: Headers | None = None
@@ -380,12 +382,8 @@ class AgentWrapper(BasePipelineWrapper):  # type: ignore[misc]
         self, model: str, input_items: list[dict[str, Any]], body: dict[str, Any], headers: Headers | None = None
     ) -> Response | AsyncGenerator[Any, None]:
         """
-        :meth:`run_response` on the event loop.
+        :meth:`run_response` on the event loop, with the same parameters.
 
-        :param model: The deployment's name.
-        :param input_items: The request's input items.
-        :param body: The request body.
-        :param headers: The request's headers.
         :returns: The ``Response``, or an async generator of its events (the last one the ``Response``).
         """
         with http_errors():
@@ -416,19 +414,14 @@ class AgentWrapper(BasePipelineWrapper):  # type: ignore[misc]
         return streamer.text
 
     async def run_api_async(self, message: str, thread_id: str) -> str:
-        """
-        Send a message to the agent and get its answer; the conversation is kept on a durable thread.
-
-        :param message: What the user says.
-        :param thread_id: The conversation's id: the same id continues it (the agent sees its earlier messages, tool
-            results and state), a new id starts a new conversation.
-        :returns: The agent's answer.
-        """
         plan = RunPlan(check_thread_id(thread_id), None, [ChatMessage.from_user(message)])
         streamer = ChatStreamer(status=False, separator=self.separator)
         async for _ in self._chat_items_async(plan, await self._stream_async(plan), streamer):
             pass
         return streamer.text
+
+    # Hayhooks describes the endpoint and the MCP tool from the docstring of whichever of the two it serves.
+    run_api_async.__doc__ = run_api.__doc__
 
 
 class SyncAgentWrapper(AgentWrapper):

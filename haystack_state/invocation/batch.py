@@ -47,7 +47,7 @@ from haystack_state.invocation.outcome import (
     pending_call,
     waits_for,
 )
-from haystack_state.invocation.settings import DEFAULT_TOOL_RUN_SETTINGS, ToolRunSettings
+from haystack_state.invocation.settings import ToolRunSettings
 from haystack_state.retry import error_text
 from haystack_state.runtime import RunContext
 from haystack_state.state import StagedState, State
@@ -82,7 +82,8 @@ class ToolBatch:
     :param settings: How the batch runs (``raise_on_failure``, ``passthrough``, ``convert_result_to_json_string``,
         ``on_interrupt``, ``retry_policy``; see :class:`~haystack_state.invocation.settings.ToolRunSettings`).
     :param streaming_callback: Receives each tool result as a ``StreamingChunk`` as soon as it is merged.
-    :param context: The run's ``RunContext``, passed to the tools' ``RunContext`` parameters.
+    :param context: The run's ``RunContext``, passed to the tools' ``RunContext`` parameters
+        (``RunContext(deps=None)`` if None).
     :param answers: Per tool call id, the answers to the call's ``interrupt()`` calls, in order.
     :param hold: The ids of calls that must not run (they and the calls that depend on them are pending).
     :param on_call: Told when a call starts, is merged, or stops at ``interrupt()`` (see
@@ -93,13 +94,13 @@ class ToolBatch:
         self,
         calls: list[PlannedCall],
         state: State,
-        settings: ToolRunSettings = DEFAULT_TOOL_RUN_SETTINGS,
+        settings: ToolRunSettings,
         *,
-        streaming_callback: StreamingCallbackT | None = None,
-        context: RunContext[Any] | None = None,
-        answers: Mapping[str, Sequence[object]] | None = None,
-        hold: Collection[str] = (),
-        on_call: CallEventCallback | None = None,
+        streaming_callback: StreamingCallbackT | None,
+        context: RunContext[Any] | None,
+        answers: Mapping[str, Sequence[object]] | None,
+        hold: Collection[str],
+        on_call: CallEventCallback | None,
     ) -> None:
         self.calls = calls
         self.state = state

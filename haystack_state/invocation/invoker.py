@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Literal
 
 from haystack import component, default_from_dict, default_to_dict
@@ -41,6 +42,13 @@ _SETTING_ATTRIBUTES = frozenset(
         "max_tool_calls",
         "retry_policy",
     }
+)
+
+#: The init parameters besides the tools that ``to_dict`` serialises, and what rebuilds each (when it is set).
+_DESERIALIZERS: tuple[tuple[str, Callable[[Any], object]], ...] = (
+    ("streaming_callback", deserialize_callable),
+    ("store", store_from_dict),
+    ("retry_policy", RetryPolicy.from_dict),
 )
 
 #: A ``ToolInvoker`` has no human to ask: a call that stops at ``interrupt()`` without an answer fails.
@@ -130,15 +138,16 @@ class ToolInvoker:
         convert_result_to_json_string: bool | None = None,
         retry_policy: RetryPolicy | None = None,
     ) -> None:
+        # The attributes in the order of the parameters, the ones that need it checked.
         self.tools = tools
-        self.store = store
         self.raise_on_failure = raise_on_failure
         self.max_workers = max_workers
         self.streaming_callback = streaming_callback
         self.enable_streaming_callback_passthrough = enable_streaming_callback_passthrough
-        self.convert_result_to_json_string = convert_result_to_json_string
         self.tool_timeout = check_timeout(tool_timeout, "ToolInvoker tool_timeout")
         self.max_tool_calls = check_max_tool_calls(max_tool_calls, "ToolInvoker max_tool_calls")
+        self.store = store
+        self.convert_result_to_json_string = convert_result_to_json_string
         if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
             raise ValueError(f"ToolInvoker retry_policy must be a RetryPolicy or None, got {retry_policy!r}.")
         self.retry_policy = retry_policy
@@ -317,10 +326,7 @@ class ToolInvoker:
         data = copy.deepcopy(data)  # tool deserialization works in place
         params = data.setdefault("init_parameters", {})
         deserialize_tools_or_toolset_inplace(params, key="tools")
-        if params.get("streaming_callback"):
-            params["streaming_callback"] = deserialize_callable(params["streaming_callback"])
-        if params.get("store"):
-            params["store"] = store_from_dict(params["store"])
-        if params.get("retry_policy"):
-            params["retry_policy"] = RetryPolicy.from_dict(params["retry_policy"])
+        for key, deserialize in _DESERIALIZERS:
+            if params.get(key):
+                params[key] = deserialize(params[key])
         return default_from_dict(cls, data)

@@ -136,7 +136,7 @@ class ThreadRunner:
             if call_timeout(call.spec, tool_timeout) is None:  # (a call with one runs in an abandonable worker)
                 waiting.clear()
                 try:
-                    value = invoke_call(batch, call, kwargs, None, self.traced, self.parent)
+                    value = invoke_call(batch, call, kwargs, self.traced, self.parent)
                 except Exception as exc:
                     return [(call, None, None, exc)]
                 return [(call, staged, value, None)]
@@ -147,9 +147,7 @@ class ThreadRunner:
             assert spec is not None
             timeout = call_timeout(spec, tool_timeout)
             worker_context = contextvars.copy_context()
-            future = WORKERS.submit(
-                worker_context.run, invoke_call, batch, call, kwargs, timeout, self.traced, self.parent
-            )
+            future = WORKERS.submit(worker_context.run, invoke_call, batch, call, kwargs, self.traced, self.parent)
             running[future] = (call, staged)
             self.deadlines.start(future, timeout, 0.0 if spec.supports_sync else CANCEL_GRACE)
         finished, _ = wait(running, timeout=self._wait_time(), return_when=FIRST_COMPLETED)
@@ -265,13 +263,10 @@ class TaskRunner:
         self.running[asyncio.ensure_future(self._invoke(call, kwargs, delay))] = (call, staged)
 
     async def _invoke(self, call: PlannedCall, kwargs: dict[str, Any], delay: float) -> object:
-        spec = call.spec
-        assert spec is not None
         if delay > 0:  # a retry waits out its backoff (cancellable, and holding no worker slot)
             await asyncio.sleep(delay)
-        timeout = call_timeout(spec, self.batch.settings.tool_timeout)
         async with self.limit:
-            return await invoke_call_async(self.batch, call, kwargs, timeout, self.traced, self.parent)
+            return await invoke_call_async(self.batch, call, kwargs, self.traced, self.parent)
 
     async def _next_finished(self) -> list[Finished]:
         running = self.running

@@ -24,7 +24,7 @@ from haystack_state.invocation.batch import ToolBatch
 from haystack_state.invocation.calls import PlannedCall
 from haystack_state.invocation.outcome import InterruptedCall
 from haystack_state.invocation.spans import traced_call, traced_call_async
-from haystack_state.invocation.timeouts import with_timeout
+from haystack_state.invocation.timeouts import call_timeout, with_timeout
 from haystack_state.invocation.workers import WORKERS
 from haystack_state.tools.spec import ToolSpec
 
@@ -82,27 +82,22 @@ class CallScope:
 
 
 def invoke_call(
-    batch: ToolBatch,
-    call: PlannedCall,
-    kwargs: dict[str, Any],
-    timeout: float | None = None,
-    traced: bool = False,
-    parent: Span | None = None,
+    batch: ToolBatch, call: PlannedCall, kwargs: dict[str, Any], traced: bool, parent: Span | None
 ) -> object:
     """
     Call a tool synchronously, in its own interrupt scope (in whatever thread runs it), inside its span when tracing
-    is on.
+    is on. An async tool over the call's timeout (the tool's own, else the batch's ``tool_timeout``) is cancelled.
 
     :param batch: The call's batch.
     :param call: The call, as handed out by ``ToolBatch.startable``.
     :param kwargs: Its keyword arguments.
-    :param timeout: For an async tool: cancel it after this many seconds.
     :param traced: Whether tracing is on.
     :param parent: The span the call's span goes under.
     :returns: The tool's result, or ``InterruptedCall`` if it stopped at ``interrupt()``.
     """
     spec = call.spec
     assert spec is not None
+    timeout = call_timeout(spec, batch.settings.tool_timeout)
     with CallScope(batch, call) as outcome:
         if traced:
             outcome.value = traced_call(invoke_tool, spec, call.tool_call, parent, spec, kwargs, timeout)
@@ -112,22 +107,18 @@ def invoke_call(
 
 
 async def invoke_call_async(
-    batch: ToolBatch,
-    call: PlannedCall,
-    kwargs: dict[str, Any],
-    timeout: float | None = None,
-    traced: bool = False,
-    parent: Span | None = None,
+    batch: ToolBatch, call: PlannedCall, kwargs: dict[str, Any], traced: bool, parent: Span | None
 ) -> object:
     """
     Await a tool (a sync one runs in a worker thread), in its own interrupt scope; see :func:`invoke_call`. A call
-    over ``timeout`` is cancelled (a sync tool with a timeout runs in a daemon worker thread, which is abandoned).
+    over its timeout is cancelled (a sync tool with a timeout runs in a daemon worker thread, which is abandoned).
 
     :returns: The tool's result, or ``InterruptedCall``.
-    :raises ToolTimeoutError: If it overran ``timeout``.
+    :raises ToolTimeoutError: If it overran its timeout.
     """
     spec = call.spec
     assert spec is not None
+    timeout = call_timeout(spec, batch.settings.tool_timeout)
     with CallScope(batch, call) as outcome:
         work: Awaitable[object]
         if timeout is not None and not spec.is_async:  # a sync tool: in a daemon thread, abandoned if late

@@ -389,22 +389,11 @@ def _part(block: object, field: str) -> Any:
         if block.get("source_type", "base64") != "base64" or not isinstance(block.get("data"), str):
             raise WireError(f"{field}.data", f"an {kind} block needs base64 'data' (source_type 'base64')")
         extra = _decode_object(block.get("metadata"), f"{field}.metadata")
+        data, mime_type = block["data"], block.get("mime_type")
         try:
             if kind == "image":
-                return ImageContent(
-                    base64_image=block["data"],
-                    mime_type=block.get("mime_type"),
-                    detail=block.get("detail"),
-                    meta=extra,
-                    validation=False,
-                )
-            return FileContent(
-                base64_data=block["data"],
-                mime_type=block.get("mime_type"),
-                filename=block.get("filename"),
-                extra=extra,
-                validation=False,
-            )
+                return ImageContent(data, mime_type, block.get("detail"), meta=extra, validation=False)
+            return FileContent(data, mime_type, block.get("filename"), extra=extra, validation=False)
         except (TypeError, ValueError) as error:
             raise WireError(field, str(error)) from None
     if kind in ("tool_result", "non_standard"):

@@ -274,14 +274,8 @@ class ScriptedChatGenerator:
         generation_kwargs: dict[str, Any] | None = None,
     ) -> dict[str, list[ChatMessage]]:
         """
-        Return the next scripted reply; the asynchronous version of ``run``, with the same parameters.
-
-        :param messages: The conversation so far; a string is taken as one user message.
-        :param tools: The tools the reply may call: Tools, Toolsets, or a list mixing both.
-        :param streaming_callback: Called (and awaited, if async) with each ``StreamingChunk`` of the reply.
-        :param generation_kwargs: Recorded in ``calls``; otherwise ignored.
-        :returns: A dictionary with ``replies``: a list with one assistant ``ChatMessage``.
-        :raises ScriptError: If the script is exhausted or the reply calls a tool not in ``tools``.
+        Return the next scripted reply: :meth:`run`, with the same parameters, results and errors; the streaming
+        callback may be async (it is awaited).
         """
         callback = select_streaming_callback(self.streaming_callback, streaming_callback, requires_async=True)
         reply, chunks = self._respond(messages, tools, generation_kwargs, streaming=callback is not None)

@@ -63,19 +63,14 @@ async def create_thread(body: ThreadCreate, server: ServerDep, user: UserDep) ->
     return JSONResponse(thread_view(record, snapshot, system_prompt=server.assistants.wire_system_prompt))
 
 
+#: The fields of a ``ThreadSearch`` that are the storage's ``search_threads`` filters, order and page.
+_SEARCH_FIELDS = {"metadata", "status", "ids", "limit", "offset", "sort_by", "sort_order"}
+
+
 @router.post("/search")
 def search_threads(body: ThreadSearch, server: ServerDep, user: UserDep) -> list[dict[str, Any]]:
     """The user's threads matching the filters (metadata keys equal, status, ids), sorted and paged."""
-    records = server.storage.search_threads(
-        user,
-        metadata=body.metadata,
-        status=body.status,
-        ids=body.ids,
-        limit=body.limit,
-        offset=body.offset,
-        sort_by=body.sort_by,
-        sort_order=body.sort_order,
-    )
+    records = server.storage.search_threads(user, **body.model_dump(include=_SEARCH_FIELDS))
     with_values = body.select is None or bool({"values", "interrupts"} & set(body.select))
     prompt = server.assistants.wire_system_prompt
     return [
