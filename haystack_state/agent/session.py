@@ -19,7 +19,7 @@ import dataclasses
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack
 
 from haystack import logging
 from haystack.dataclasses import ChatMessage, ToolCall
@@ -221,6 +221,20 @@ def _run(op: CheckpointerCall[object]) -> object:
 
 def _arun(op: CheckpointerCall[object]) -> Awaitable[object]:
     return op.acall()
+
+
+class CommitOptions(TypedDict, total=False):
+    """
+    What a :meth:`ThreadSession.commit` records beside the State's changes.
+
+    :param tool_names: The tools whose results the checkpoint records.
+    :param metadata: Free-form metadata (what an Agent's run writes is documented by ``CheckpointMetadata``).
+    :param step: The thread's step (defaults to the session's).
+    """
+
+    tool_names: Sequence[str]
+    metadata: dict[str, Any] | None
+    step: int | None
 
 
 class ThreadSession:
@@ -473,61 +487,38 @@ class ThreadSession:
             state.drain_changes()
         return state
 
-    def commit(
-        self,
-        state: State,
-        source: Source,
-        *,
-        tool_names: Sequence[str] = (),
-        metadata: dict[str, Any] | None = None,
-        step: int | None = None,
-    ) -> CheckpointMeta:
+    def commit(self, state: State, source: Source, **options: Unpack[CommitOptions]) -> CheckpointMeta:
         """
         Commit what ``state`` changed since the last commit as a checkpoint of the thread.
 
         :param state: The run's State.
         :param source: What produced the changes: ``"input"``, ``"model"``, ``"tools"`` or ``"update"``.
-        :param tool_names: The tools whose results the checkpoint records.
-        :param metadata: Free-form metadata.
-        :param step: The thread's step (defaults to the session's).
+        :param options: What the checkpoint records beside the changes (see :class:`CommitOptions`).
         :returns: The checkpoint's record.
         :raises ThreadConflictError: If another run committed to the thread since this session last did.
         :raises ThreadBusyError: If this session's lease was lost to another run.
         :raises CodecError: If a value cannot be encoded (nothing is written; the changes stay journaled).
         """
-        args = self._commit_args(state, source, tool_names, metadata, step)
-        return self._committed(state, self.checkpointer.commit(self.thread_id, **args))
+        return self._committed(
+            state, self.checkpointer.commit(self.thread_id, **self._commit_args(state, source, options))
+        )
 
-    async def commit_async(
-        self,
-        state: State,
-        source: Source,
-        *,
-        tool_names: Sequence[str] = (),
-        metadata: dict[str, Any] | None = None,
-        step: int | None = None,
-    ) -> CheckpointMeta:
+    async def commit_async(self, state: State, source: Source, **options: Unpack[CommitOptions]) -> CheckpointMeta:
         """:meth:`commit`, awaiting the checkpointer."""
-        args = self._commit_args(state, source, tool_names, metadata, step)
+        args = self._commit_args(state, source, options)
         return self._committed(state, await self.checkpointer.acommit(self.thread_id, **args))
 
-    def _commit_args(
-        self,
-        state: State,
-        source: Source,
-        tool_names: Sequence[str],
-        metadata: dict[str, Any] | None,
-        step: int | None,
-    ) -> dict[str, Any]:
+    def _commit_args(self, state: State, source: Source, options: CommitOptions) -> dict[str, Any]:
         """The keyword arguments of ``Checkpointer.commit`` (and ``acommit``) for a commit of ``state``."""
+        step = options.get("step")
         return {
             "parent_id": self.parent_id,
             "expected_head": self.head_id,
             "delta": state.peek_changes(),
             "step": self.step if step is None else step,
             "source": source,
-            "tool_names": tuple(tool_names),
-            "metadata": metadata,
+            "tool_names": tuple(options.get("tool_names", ())),
+            "metadata": options.get("metadata"),
             "lease": self._keeper.lease if self._keeper is not None else self.lease or self._guard,
             "frozen": True,  # a State's read-only values: the checkpointer's cache adopts them
         }
