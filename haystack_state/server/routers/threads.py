@@ -59,7 +59,8 @@ async def create_thread(body: ThreadCreate, server: ServerDep, user: UserDep) ->
     record = await server.runs.db(lambda: server.storage.create_thread(thread_id, user, metadata, if_exists=if_exists))
     if record is None:
         raise HTTPException(409, f"Thread '{thread_id}' already exists.")
-    snapshot = await head_async(server, record)
+    # A thread id the server just made has no checkpoint; one the client names may (its agent wrote it before).
+    snapshot = await head_async(server, record) if body.thread_id else None
     return JSONResponse(thread_view(record, snapshot, system_prompt=server.assistants.wire_system_prompt))
 
 
