@@ -184,8 +184,7 @@ async def execute_async(runner: EffectRunner, effect: Effect) -> object:
 
 def cancel_check(runner: EffectRunner) -> Callable[[], None] | None:
     """
-    What the driver checks before each effect: the run's gate (a stream's back-pressure), then whether it was
-    cancelled; None for a run without control.
+    What the driver checks before each effect: whether the run was cancelled; None for a run without control.
 
     :raises RunCancelled: (from the check) If the run was cancelled.
     """
@@ -194,8 +193,6 @@ def cancel_check(runner: EffectRunner) -> Callable[[], None] | None:
         return None
 
     def check() -> None:
-        if control.gate is not None:
-            control.gate()
         if control.cancelled:
             raise RunCancelled("The run was cancelled; its last committed checkpoint stands.")
 

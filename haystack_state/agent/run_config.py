@@ -187,9 +187,6 @@ class RunControl:
     def __init__(self) -> None:
         self._stop = threading.Event()
         self._cancel = threading.Event()
-        #: Called before each effect (a streaming consumer's back-pressure: the run waits until the events it
-        #: emitted so far were taken, so that a consumer that stops listening stops the run where it saw it).
-        self.gate: Callable[[], None] | None = None
 
     def request_stop(self) -> None:
         """End the run at its next step boundary."""
