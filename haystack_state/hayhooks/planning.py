@@ -31,7 +31,7 @@ from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.records import CheckpointMeta, check_thread_id
 from haystack_state.values import thaw
 
-__all__ = ["RunPlan", "plan_chat", "plan_response"]
+__all__ = ["RunPlan", "checkpointer_of", "plan_chat", "plan_response"]
 
 
 @dataclasses.dataclass
@@ -177,7 +177,7 @@ def plan_response(
         snapshot = _snapshot(agent, thread_id, checkpoint_id)
         assert snapshot is not None
         if store:
-            head = _checkpointer(agent).head(thread_id)
+            head = checkpointer_of(agent).head(thread_id)
             return RunPlan(thread_id, None if head == checkpoint_id else checkpoint_id, new)
         inputs = {
             key: thaw(value)
@@ -201,7 +201,8 @@ def plan_response(
     return RunPlan(thread_id, None, new if _snapshot(agent, thread_id) is not None else first)
 
 
-def _checkpointer(agent: Agent) -> Checkpointer:
+def checkpointer_of(agent: Agent) -> Checkpointer:
+    """The deployed Agent's checkpointer (``AgentWrapper.get_agent`` made sure it has one)."""
     checkpointer = agent.checkpointer
     assert checkpointer is not None  # AgentWrapper.get_agent checks it
     return checkpointer

@@ -32,9 +32,8 @@ from haystack_state.hayhooks.conversation import (
     response_id,
     scratch_response_id,
 )
-from haystack_state.hayhooks.planning import RunPlan, plan_chat, plan_response
+from haystack_state.hayhooks.planning import RunPlan, checkpointer_of, plan_chat, plan_response
 from haystack_state.hayhooks.streams import ChatStreamer, ResponseStreamer, usage_of
-from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.records import check_thread_id
 
 __all__ = ["AgentWrapper", "RunPlan", "SyncAgentWrapper", "agent_wrapper", "http_errors"]
@@ -194,15 +193,10 @@ class AgentWrapper(BasePipelineWrapper):  # type: ignore[misc]
             first = await anext(events)
         return _after(first, events)
 
-    def _checkpointer(self) -> Checkpointer:
-        checkpointer = self.get_agent().checkpointer
-        assert checkpointer is not None  # get_agent checks it
-        return checkpointer
-
     def _discard(self, plan: RunPlan) -> None:
         if plan.scratch:
             with contextlib.suppress(ThreadNotFoundError):
-                self._checkpointer().delete_thread(plan.thread_id)
+                checkpointer_of(self.get_agent()).delete_thread(plan.thread_id)
 
     def _finish(self, plan: RunPlan, events: Iterator[AgentEvent]) -> None:
         """The end of a run's answer, however it ends: close its events, and discard a scratch thread."""
