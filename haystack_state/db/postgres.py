@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import threading
 import weakref
-from collections.abc import Generator
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from haystack.core.errors import SerializationError
@@ -32,6 +33,7 @@ __all__ = [
     "NONE",
     "ONE",
     "Attempt",
+    "EventLoopConnections",
     "LoopConnections",
     "Script",
     "Stmt",
@@ -329,3 +331,52 @@ class LoopConnections:
             await conn.close()
         self.open.clear()
         self.idle.clear()
+
+
+C = TypeVar("C", bound=LoopConnections)
+
+
+class EventLoopConnections(Generic[C]):
+    """
+    The async connections of every event loop a backend serves (an async connection belongs to the loop that opened
+    it): a loop's set is made at its first use, and finished once that loop has closed.
+
+    :param make: Makes a loop's set (for example ``lambda loop: LoopConnections(dsn, 8, loop)``).
+    """
+
+    def __init__(self, make: Callable[[asyncio.AbstractEventLoop], C]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._by_loop: dict[int, C] = {}
+
+    def of_running_loop(self) -> C:
+        """The running loop's connections (made now if it has none; those of closed loops are finished)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for key, connections in list(self._by_loop.items()):
+                if key != id(loop) and connections.loop_gone():
+                    del self._by_loop[key]
+                    connections.finish()
+            found = self._by_loop.get(id(loop))
+            if found is not None and found.loop() is not loop:
+                # A closed loop's connections, under the id a new loop now has (ids are reused once an object is
+                # freed): they are closed here, or they would be dropped open.
+                found.finish()
+                found = None
+            if found is None:
+                found = self._by_loop[id(loop)] = self._make(loop)
+            return found
+
+    async def aclose_running_loop(self) -> None:
+        """Close the running loop's connections, on it."""
+        with self._lock:
+            connections = self._by_loop.pop(id(asyncio.get_running_loop()), None)
+        if connections is not None:
+            await connections.aclose()
+
+    def finish(self) -> None:
+        """Close every loop's connections at once, without their loops."""
+        with self._lock:
+            everything, self._by_loop = list(self._by_loop.values()), {}
+        for connections in everything:
+            connections.finish()

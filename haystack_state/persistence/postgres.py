@@ -21,7 +21,6 @@ when looked up again; lease, TTL and snapshot writes are idempotent and simply r
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Unpack
@@ -41,6 +40,7 @@ from haystack.utils import Secret
 from haystack_state.db.migrations import check_postgres_version, migrate_postgres
 from haystack_state.db.postgres import (
     Attempt,
+    EventLoopConnections,
     LoopConnections,
     Templates,
     arun_script,
@@ -162,8 +162,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         self._owns_pool = pool is None
         self._conninfo = conninfo
         self._max_connections = max_connections
-        self._io_lock = threading.Lock()
-        self._aconns: dict[int, _LoopConnections] = {}
+        self._aconns = EventLoopConnections(lambda loop: _LoopConnections(self._dsn, self._max_connections, loop))
         if pool is None:
             self._dsn = (conninfo.resolve_value() if isinstance(conninfo, Secret) else conninfo) or ""
             if read_only:
@@ -290,21 +289,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _async_connections(self) -> _LoopConnections:
-        loop = asyncio.get_running_loop()
-        with self._io_lock:
-            for key, connections in list(self._aconns.items()):
-                if key != id(loop) and connections.loop_gone():
-                    del self._aconns[key]
-                    connections.finish()
-            found = self._aconns.get(id(loop))
-            if found is not None and found.loop() is not loop:
-                # A closed loop's connections, under the id a new loop now has (ids are reused once an object is
-                # freed): they are closed here, or they would be dropped open.
-                found.finish()
-                found = None
-            if found is None:
-                found = self._aconns[id(loop)] = _LoopConnections(self._dsn, self._max_connections, loop)
-            return found
+        return self._aconns.of_running_loop()
 
     def _applied(self, op: ops.Op) -> bool:
         """
@@ -324,16 +309,10 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         return await arun_script(conn, self._handlers[type(op)](op), write=isinstance(op, ops.WRITES), state=state)
 
     async def _aclose(self) -> None:
-        with self._io_lock:
-            connections = self._aconns.pop(id(asyncio.get_running_loop()), None)
-        if connections is not None:
-            await connections.aclose()
+        await self._aconns.aclose_running_loop()
 
     def _close(self) -> None:
-        with self._io_lock:
-            everything, self._aconns = list(self._aconns.values()), {}
-        for connections in everything:
-            connections.finish()
+        self._aconns.finish()
         if self._owns_pool:
             self._pool.close()
 
