@@ -22,7 +22,7 @@ An operation is an :class:`Op` whose type parameter is its result's type. A flow
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Generic, TypeAlias, TypeVar, cast
+from typing import Any, Generic, TypeAlias, TypeVar
 
 __all__ = ["Flow", "Op", "perform", "run_flow", "run_flow_async"]
 
@@ -42,8 +42,8 @@ Flow: TypeAlias = Generator[Any, Any, T]
 
 def perform(op: Op[R]) -> Generator[Op[R], Any, R]:
     """Yield one operation and return its result, typed by the operation (``result = yield from perform(op)``)."""
-    result = yield op
-    return cast(R, result)
+    result: R = yield op  # (the driver sends the result of ``op``: an R)
+    return result
 
 
 def _keep(op: Any, exc: Exception) -> BaseException:
@@ -74,7 +74,8 @@ def run_flow(
             try:
                 op = flow.send(result) if error is None else flow.throw(error)
             except StopIteration as stop:
-                return cast(T, stop.value)
+                value: T = stop.value
+                return value
             if check is not None:
                 check()
             try:
@@ -101,7 +102,8 @@ async def run_flow_async(
             try:
                 op = flow.send(result) if error is None else flow.throw(error)
             except StopIteration as stop:
-                return cast(T, stop.value)
+                value: T = stop.value
+                return value
             if check is not None:
                 check()
             try:
