@@ -128,6 +128,7 @@ def create_app(
             yield
         finally:
             await manager.stop()
+            await storage.database.aclose_loop()
             if owns_store:
                 await store.aclose()
 

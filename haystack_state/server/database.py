@@ -3,33 +3,36 @@ The server's connection to the checkpointer's database: SQLite (a file, or priva
 checkpointer) or PostgreSQL (the checkpointer's schema), behind one small interface so that the server's SQL is
 written once (see :mod:`haystack_state.server.storage`).
 
-Queries use ``:name`` parameters and ``{threads}``, ``{runs}``, ``{run_events}``, ``{migrations}`` table
-placeholders; each backend turns them into its own parameter style and (schema-qualified) table names (once per
-query text).
+Each transaction is a :class:`Work`: a *flow* (:mod:`haystack_state._driver`, the package's one driver) that yields
+:class:`Rows` and :class:`Change` operations and receives their results. Queries use ``:name`` parameters and
+``{threads}``, ``{runs}``, ``{run_events}``, ``{migrations}`` table placeholders; each backend turns them into its
+own parameter style and (schema-qualified) table names (once per query text).
 
-The event loop reaches the tables through :meth:`Database.run`. On SQLite it runs the work inline, on the loop, as
-the checkpointer runs its short operations (see :mod:`haystack_state.persistence.sqlite`): a point read or a
-one-row write takes tens of microseconds, less than a hop to a worker thread and back. Work that would wait for
-the file's lock (another writer, of this process or another, holds it) goes to a worker thread instead, before it
-has written anything. Both share the file's write lock (:class:`~haystack_state.db.sqlite.SQLiteFile`),
-so the process's writers queue on it instead of sleeping in SQLite's busy handler. On PostgreSQL the work runs in
-a worker thread (a round trip over the network must not hold the loop).
+The event loop awaits a work. On SQLite it runs inline, on the loop, as the checkpointer runs its short operations
+(see :mod:`haystack_state.persistence.sqlite`): a point read or a one-row write takes tens of microseconds, less
+than a hop to a worker thread and back. Work that would wait for the file's lock (another writer, of this process
+or another, holds it) goes to a worker thread instead, before it has written anything. Both share the file's write
+lock (:class:`~haystack_state.db.sqlite.SQLiteFile`), so the process's writers queue on it instead of sleeping in
+SQLite's busy handler. On PostgreSQL it runs on the loop's own async connections, as the checkpointer's operations
+do: no thread hop, and no thread waits for the network. :meth:`Work.result` runs a work from any other thread,
+blocking it (on PostgreSQL on a sync connection pool).
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, Generic, TypeVar
 
 import anyio
 from haystack.utils import Secret
 
+from haystack_state._driver import Flow, Op, run_flow, run_flow_async
 from haystack_state.db.errors import UniqueViolation, unique_violation
 from haystack_state.db.sqlite import SQLitePool, WouldBlock, lenient_read
 from haystack_state.db.sqlite import transaction as sqlite_transaction
@@ -37,14 +40,15 @@ from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.memory import InMemoryCheckpointer
 from haystack_state.persistence.sqlite import SQLiteCheckpointer
 
-if TYPE_CHECKING:
-    import psycopg
-
 __all__ = [
+    "Change",
     "Database",
     "PostgresDatabase",
+    "Row",
+    "Rows",
     "SQLiteDatabase",
     "UniqueViolation",
+    "Work",
     "database_for",
     "postgres_schema",
     "postgres_settings",
@@ -62,16 +66,57 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 T = TypeVar("T")
 
 
-class Cursor(abc.ABC):
-    """One transaction's handle: runs a query and returns its rows, or the number of rows it changed."""
+Row = tuple[Any, ...]
 
-    @abc.abstractmethod
-    def rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        """Run a query and return its rows."""
 
-    @abc.abstractmethod
-    def change(self, query: str, params: Mapping[str, Any] | None = None) -> int:
-        """Run a write and return how many rows it changed."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rows(Op[list[Row]]):
+    """An operation of a table flow: run a query; its rows come back."""
+
+    query: str
+    params: Mapping[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Change(Op[int]):
+    """An operation of a table flow: run a write; the number of rows it changed comes back."""
+
+    query: str
+    params: Mapping[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Work(Generic[T]):
+    """
+    One transaction on the server's tables: a *flow* (:mod:`haystack_state._driver`) that yields :class:`Rows` and
+    :class:`Change` operations, written once for both backends. Await it on the event loop (``await
+    storage.get_run(run_id)``), or call :meth:`result` from any thread, which blocks.
+
+    :param database: The database it runs on.
+    :param flow: Makes the flow (a fresh one for each attempt).
+    :param write: Whether it writes: its statements then run in one transaction (on SQLite one that takes the write
+        lock at once, so that it never has to upgrade a read lock and fail). A read runs each statement on its own.
+    :param alone: Its writes each stand alone: on PostgreSQL each statement commits on its own (one round trip, no
+        ``BEGIN`` and ``COMMIT``); SQLite still runs it as one transaction.
+    :param again_on_unique: Run it once more when a unique index refuses a write (:class:`UniqueViolation`): a race
+        with another writer of the same key, which the second attempt sees.
+    :param on_unique: The value when a unique index refuses a write (the transaction is rolled back).
+    """
+
+    database: Database
+    flow: Callable[[], Flow[T]]
+    _: dataclasses.KW_ONLY
+    write: bool
+    alone: bool = False
+    again_on_unique: bool = False
+    on_unique: Callable[[], T] | None = None
+
+    def result(self) -> T:
+        """Run it now, blocking the calling thread (not for an event loop's thread: await the work there)."""
+        return self.database.execute(self)
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self.database.aexecute(self).__await__()
 
 
 class Database(abc.ABC):
@@ -82,38 +127,64 @@ class Database(abc.ABC):
     #: Whether the workers of other processes hear :meth:`notify` (else they find changes by polling).
     listens: bool = False
 
-    def notify(self, cur: Cursor, payload: str) -> None:
+    def notify(self, payload: str) -> Flow[None]:
         """
-        Tell the workers of every process on the database, once this transaction commits, that something changed
-        (``payload``: what). Nothing on a database that cannot (SQLite: workers poll).
+        Part of a flow (``yield from database.notify(QUEUE)``): tell the workers of every process on the database,
+        once the transaction commits, that something changed (``payload``: what). Nothing on a database that cannot
+        (SQLite: workers poll).
         """
-        del cur, payload
+        yield from ()
+
+    def work(self, flow: Callable[[], Flow[T]], *, write: bool = False) -> Work[T]:
+        """A :class:`Work` of this database."""
+        return Work(self, flow, write=write)
+
+    def read(self, query: str, params: Mapping[str, Any] | None = None) -> Work[list[Row]]:
+        """A read of one statement, as a :class:`Work`: its rows."""
+        return Work(self, functools.partial(_rows, query, params), write=False)
+
+    def execute(self, work: Work[T]) -> T:
+        """Run a work, blocking the calling thread."""
+        try:
+            return self._execute(work)
+        except UniqueViolation:
+            if work.on_unique is not None:
+                return work.on_unique()
+            if not work.again_on_unique:
+                raise
+        return self._execute(work)
+
+    async def aexecute(self, work: Work[T]) -> T:
+        """Run a work for the event loop (see the module docstring: where each backend runs it)."""
+        try:
+            return await self._aexecute(work)
+        except UniqueViolation:
+            if work.on_unique is not None:
+                return work.on_unique()
+            if not work.again_on_unique:
+                raise
+        return await self._aexecute(work)
 
     @abc.abstractmethod
-    def transaction(self, *, write: bool = True) -> AbstractContextManager[Cursor]:
-        """
-        A context manager yielding a :class:`Cursor`; commits on success, rolls back on error.
+    def _execute(self, work: Work[T]) -> T:
+        """Run a work once, blocking."""
 
-        :param write: Whether the transaction writes (SQLite then takes the write lock at once, so that it never
-            has to upgrade a read lock and fail); a read-only one does not block writers.
-        """
+    @abc.abstractmethod
+    async def _aexecute(self, work: Work[T]) -> T:
+        """Run a work once, for the event loop."""
 
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connections."""
 
-    def read(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        """
-        Run one read-only query and return its rows: a transaction of one statement, without ``BEGIN`` and
-        ``COMMIT`` (a statement alone reads one consistent snapshot).
-        """
-        with self.transaction(write=False) as cur:
-            return cur.rows(query, params)
+    @abc.abstractmethod
+    async def aclose_loop(self) -> None:
+        """Close the connections that belong to the running event loop (at the app's shutdown), on it."""
 
     async def run(self, work: Callable[[], T]) -> T:
         """
-        Do blocking database work (one or more transactions, through :meth:`transaction`) for the event loop: in a
-        worker thread, unless the backend can do it inline without waiting (SQLite: see the module docstring).
+        Do other blocking database work for the event loop (a checkpointer's sync call): in a worker thread, unless
+        the backend can do it inline without waiting (SQLite: see the module docstring).
 
         :param work: The work.
         :returns: What it returns.
@@ -121,25 +192,30 @@ class Database(abc.ABC):
         return await anyio.to_thread.run_sync(work)
 
 
-class _SQLiteCursor(Cursor):
+class _SQLiteCursor:
+    """Executes a flow's operations on one SQLite connection."""
+
+    __slots__ = ("conn", "inline")
+
     def __init__(self, conn: sqlite3.Connection, inline: bool = False) -> None:
         self.conn = conn
-        self.inline = inline  # (a read outside a transaction: a locked database is WouldBlock)
+        self.inline = inline  # (reads outside a transaction: a locked database is WouldBlock)
 
-    def rows(self, query: str, params: Mapping[str, object] | None = None) -> list[tuple[Any, ...]]:
-        return lenient_read(self.conn, self._fetch, _sqlite_sql(query), params or {}, inline=self.inline)
+    def step(self, op: object) -> object:
+        if type(op) is Rows:
+            return lenient_read(self.conn, self._fetch, _sqlite_sql(op.query), op.params or {}, inline=self.inline)
+        if type(op) is Change:
+            try:
+                return int(self.conn.execute(_sqlite_sql(op.query), op.params or {}).rowcount)
+            except sqlite3.IntegrityError as error:
+                violation = unique_violation(error)
+                if violation is not None:
+                    raise violation from error
+                raise
+        raise TypeError(f"Not an operation on the server's tables: {op!r}")
 
-    def _fetch(self, sql: str, params: Mapping[str, object]) -> list[tuple[Any, ...]]:
+    def _fetch(self, sql: str, params: Mapping[str, object]) -> list[Row]:
         return self.conn.execute(sql, params).fetchall()
-
-    def change(self, query: str, params: Mapping[str, object] | None = None) -> int:
-        try:
-            return int(self.conn.execute(_sqlite_sql(query), params or {}).rowcount)
-        except sqlite3.IntegrityError as error:
-            violation = unique_violation(error)
-            if violation is not None:
-                raise violation from error
-            raise
 
 
 class _Inline(threading.local):
@@ -182,65 +258,44 @@ class SQLiteDatabase(Database):
                 state.active = False
         return await anyio.to_thread.run_sync(work)
 
-    @contextmanager
-    def _connection(self, *, write: bool) -> Iterator[tuple[sqlite3.Connection, bool]]:
+    async def _aexecute(self, work: Work[T]) -> T:
+        return await self.run(functools.partial(self._execute, work))
+
+    def _execute(self, work: Work[T]) -> T:
         """
-        A pooled connection (with the file's write lock for a write), and whether the work is inline and may still
-        go to a thread: then :class:`WouldBlock` instead of waiting for a lock.
+        The work on a pooled connection (with the file's write lock for a write). Inline, when it may still go to a
+        thread, a lock it would wait for is :class:`WouldBlock` instead.
         """
         state = self._inline
         inline = state.active and not state.wrote
+        write = work.write
         with self._connections.connection(inline=inline, write=write) as conn:
-            yield conn, inline
-
-    @contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Cursor]:
-        with (
-            self._connection(write=write) as (conn, inline),
-            sqlite_transaction(conn, "BEGIN IMMEDIATE" if write else "BEGIN", inline=inline),
-        ):
-            yield _SQLiteCursor(conn)
-        state = self._inline
-        if write and state.active:
+            if not write:  # each statement on its own (a statement alone reads one consistent snapshot)
+                return run_flow(work.flow(), _SQLiteCursor(conn, inline).step)
+            with sqlite_transaction(conn, "BEGIN IMMEDIATE", inline=inline):
+                value = run_flow(work.flow(), _SQLiteCursor(conn).step)
+        if state.active:
             state.wrote = True
             if inline:
                 self._file.wrote_inline()
+        return value
 
-    def read(self, query: str, params: Mapping[str, object] | None = None) -> list[tuple[Any, ...]]:
-        with self._connection(write=False) as (conn, inline):
-            return _SQLiteCursor(conn, inline).rows(query, params)
+    async def aclose_loop(self) -> None:
+        """Nothing: no SQLite connection belongs to an event loop."""
 
     def close(self) -> None:
         self._connections.close()
 
 
-class _PostgresCursor(Cursor):
-    def __init__(self, conn: psycopg.Connection[Any], tables: Mapping[str, str]) -> None:
-        self.conn = conn
-        self.tables = tables
-
-    def _sql(self, query: str) -> str:
-        return _postgres_sql(query, self.tables)
-
-    def rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        return list(self.conn.execute(self._sql(query), dict(params or {})).fetchall())
-
-    def change(self, query: str, params: Mapping[str, Any] | None = None) -> int:
-        import psycopg
-
-        try:
-            return int(self.conn.execute(self._sql(query), dict(params or {})).rowcount)
-        except psycopg.errors.UniqueViolation as error:
-            raise unique_violation(error) or UniqueViolation(str(error)) from error
-
-
 class PostgresDatabase(Database):
     """
-    The server's tables in a PostgreSQL schema (the checkpointer's), through a psycopg connection pool.
+    The server's tables in a PostgreSQL schema (the checkpointer's). The event loop awaits them on async connections
+    of its own (:class:`~haystack_state.db.postgres.LoopConnections`), as the checkpointer's; :meth:`Work.result`
+    uses a sync connection pool.
 
     :param conninfo: A libpq connection string or URL.
     :param schema: The schema holding the tables (created if missing).
-    :param max_connections: The pool's size.
+    :param max_connections: The size of the pool, and of each event loop's connections.
     """
 
     dialect = "postgres"
@@ -248,7 +303,7 @@ class PostgresDatabase(Database):
 
     def __init__(self, conninfo: str, *, schema: str = "public", max_connections: int = 8) -> None:
         try:
-            from haystack_state.db.postgres import open_pool
+            from haystack_state.db.postgres import EventLoopConnections, LoopConnections, open_pool
         except ImportError as error:  # pragma: no cover - depends on the installed extras
             raise ImportError(
                 'The server on PostgreSQL needs the postgres extra: pip install "haystack-state[postgres,server]"'
@@ -260,22 +315,79 @@ class PostgresDatabase(Database):
         #: The ``LISTEN``/``NOTIFY`` channel of this schema's workers.
         self.channel = notify_channel(schema)
         self._tables = {key: f'"{schema}".{name}' for key, name in TABLES.items()}
+        self._max_connections = max_connections
         self._pool = open_pool(conninfo, max_connections)
+        self._loops = EventLoopConnections(lambda loop: LoopConnections(conninfo, max_connections, loop))
 
-    @contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Cursor]:
-        with self._pool.connection() as conn, conn.transaction():
-            yield _PostgresCursor(conn, self._tables)
+    def notify(self, payload: str) -> Flow[None]:
+        yield Rows("SELECT pg_notify(:channel, :payload)", {"channel": self.channel, "payload": payload})
 
-    def notify(self, cur: Cursor, payload: str) -> None:
-        cur.rows("SELECT pg_notify(:channel, :payload)", {"channel": self.channel, "payload": payload})
+    def _query(self, op: object) -> tuple[str, dict[str, Any], bool]:
+        """An operation's statement, its parameters, and whether it returns rows."""
+        if type(op) is Rows:
+            return _postgres_sql(op.query, self._tables), dict(op.params or {}), True
+        if type(op) is Change:
+            return _postgres_sql(op.query, self._tables), dict(op.params or {}), False
+        raise TypeError(f"Not an operation on the server's tables: {op!r}")
 
-    def read(self, query: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        with self._pool.connection() as conn:  # (autocommit: one round trip)
-            return _PostgresCursor(conn, self._tables).rows(query, params)
+    def _execute(self, work: Work[T]) -> T:
+        def step(op: object) -> object:
+            query, params, rows = self._query(op)
+            cursor = conn.execute(query, params)
+            return cursor.fetchall() if rows else cursor.rowcount
+
+        with self._pool.connection() as conn:
+            if not work.write or work.alone:  # (autocommit: one round trip a statement)
+                return run_flow(work.flow(), step, wrap=_unique)
+            with conn.transaction():
+                return run_flow(work.flow(), step, wrap=_unique)
+
+    async def _aexecute(self, work: Work[T]) -> T:
+        import psycopg
+
+        async def step(op: object) -> object:
+            query, params, rows = self._query(op)
+            cursor = await conn.execute(query, params)
+            return await cursor.fetchall() if rows else cursor.rowcount
+
+        connections = self._loops.of_running_loop()
+        for attempt in (1, 2):
+            conn = await connections.get()
+            try:
+                if not work.write or work.alone:
+                    return await run_flow_async(work.flow(), step, wrap=_unique)
+                async with conn.transaction():
+                    return await run_flow_async(work.flow(), step, wrap=_unique)
+            except psycopg.OperationalError:
+                # A read on a connection that died (the server restarted, or dropped it) is tried once more on a new
+                # one; a write is not (whether it was applied is unknown).
+                if attempt == 2 or work.write or not (conn.closed or conn.broken):
+                    raise
+                connections.discard_idle()
+            finally:
+                connections.put(conn)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def aclose_loop(self) -> None:
+        await self._loops.aclose_running_loop()
 
     def close(self) -> None:
+        self._loops.finish()
         self._pool.close()
+
+
+def _rows(query: str, params: Mapping[str, Any] | None) -> Flow[list[Row]]:
+    rows: list[Row] = yield Rows(query, params)
+    return rows
+
+
+def _unique(op: object, error: Exception) -> BaseException:
+    """A unique index's refusal as :class:`UniqueViolation` (its key named); any other error as it is."""
+    import psycopg
+
+    if isinstance(error, psycopg.errors.UniqueViolation):
+        return unique_violation(error) or UniqueViolation(str(error))
+    return error
 
 
 def notify_channel(schema: str) -> str:

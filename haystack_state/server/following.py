@@ -11,7 +11,6 @@ that comes after the run ended gets what was relayed, then the run's end (its fi
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
@@ -67,7 +66,7 @@ class RunFollower:
                 if outcome.error is not None:
                     return "error", outcome.error
                 return "values", outcome.values if outcome.values is not None else {}
-            current = await self.db(lambda: self.storage.get_run(run.run_id))
+            current = await self.storage.get_run(run.run_id)
             if current is None:
                 return "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."}
             if current.done:
@@ -110,12 +109,12 @@ class RunFollower:
                     yield earlier + batch if earlier else batch
                     earlier = []
                 return
-            current = await self.db(lambda: self.storage.get_run(run.run_id))
+            current = await self.storage.get_run(run.run_id)
             if current is None:
                 yield [(None, "error", {"error": "RunNotFound", "message": f"Run {run.run_id} was deleted."})]
                 return
             if current.status == "running" and asked != current.attempt:  # (asked again of a resumed run's worker)
-                await self.db(lambda: self.storage.request_relay(run.run_id), write=True)
+                await self.storage.request_relay(run.run_id)
                 asked = current.attempt
             found: list[Sent] = []
             async for position, sent in self._relayed(run.run_id, names, cursor or (0, -1)):
@@ -139,7 +138,7 @@ class RunFollower:
         the follower's new position, and the event if it is in ``names`` (or an error).
         """
         cursor = after
-        while rows := await self.db(functools.partial(self.storage.relayed_events, run_id, cursor)):
+        while rows := await self.storage.relayed_events(run_id, cursor):
             for attempt, seq, name, data in rows:
                 if before is not None and attempt >= before:
                     return
@@ -153,7 +152,7 @@ class RunFollower:
         values (if asked for) or its error. Numbered after its last relayed event; without an id if it relayed none
         (it ended before a follower asked, so the events it made are not known here).
         """
-        last, relayed_values, relayed_error = await self.db(lambda: self.storage.relayed_end(run.run_id, run.attempt))
+        last, relayed_values, relayed_error = await self.storage.relayed_end(run.run_id, run.attempt)
         if relayed_error or (run.status != "error" and (relayed_values or "values" not in names)):
             return None
         name, data = await self.final_event(run)

@@ -10,9 +10,11 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from haystack_state._driver import Flow
+from haystack_state.server.database import Change, Row, Rows
 from haystack_state.server.metadata import dumps, loads
 from haystack_state.server.records import RunLease, now_text
-from haystack_state.server.tables import LEASE_EXPIRED, QUEUE, Tables
+from haystack_state.server.tables import LEASE_EXPIRED, QUEUE, Tables, reads, writes, writes_alone
 
 __all__ = ["ExpiredRuns", "RunLeases"]
 
@@ -27,28 +29,32 @@ class ExpiredRuns(NamedTuple):
 
 
 class RunLeases(Tables):
-    """The leases of running runs. Thread-safe; every method is one transaction."""
+    """The leases of running runs. Thread-safe; each method is one :class:`~haystack_state.server.database.Work`."""
 
-    def renew_leases(self, lease: RunLease, run_ids: Iterable[str]) -> None:
+    @writes_alone
+    def renew_leases(self, lease: RunLease, run_ids: Iterable[str]) -> Flow[None]:
         """Extend the leases of the runs a worker is running to ``lease.until``."""
         ids = list(run_ids)
         if not ids:
             return
         params: dict[str, str] = {f"r_{i}": run_id for i, run_id in enumerate(ids)}
         placeholders = ", ".join(f":r_{i}" for i in range(len(ids)))
-        with self.database.transaction() as cur:
-            cur.change(
-                f"UPDATE {{runs}} SET lease_until = :lease WHERE worker = :worker AND status = 'running' "
-                f"AND run_id IN ({placeholders})",
-                {**params, "lease": lease.until, "worker": lease.worker},
-            )
+        yield Change(
+            f"UPDATE {{runs}} SET lease_until = :lease WHERE worker = :worker AND status = 'running' "
+            f"AND run_id IN ({placeholders})",
+            {**params, "lease": lease.until, "worker": lease.worker},
+        )
 
-    def running_workers(self) -> list[str]:
+    @reads
+    def running_workers(self) -> Flow[list[str]]:
         """The workers that hold running runs."""
-        rows = self.database.read("SELECT DISTINCT worker FROM {runs} WHERE status = 'running' AND worker IS NOT NULL")
+        rows: list[Row] = yield Rows(
+            "SELECT DISTINCT worker FROM {runs} WHERE status = 'running' AND worker IS NOT NULL"
+        )
         return [str(row[0]) for row in rows]
 
-    def expire_leases(self, max_attempts: int = 1, dead_workers: Sequence[str] = ()) -> ExpiredRuns:
+    @writes
+    def expire_leases(self, max_attempts: int = 1, dead_workers: Sequence[str] = ()) -> Flow[ExpiredRuns]:
         """
         Take back the running runs whose worker stopped: their lease expired, or their worker is one of
         ``dead_workers`` (a process of this host that is gone). A run that has had fewer than ``max_attempts``
@@ -61,46 +67,45 @@ class RunLeases(Tables):
         dead = f" OR worker IN ({', '.join(':' + n for n in names)})" if names else ""
         requeued: list[str] = []
         failed: list[str] = []
-        with self.database.transaction() as cur:
-            rows = cur.rows(
-                "SELECT run_id, thread_id, attempt, worker, metadata, cancel FROM {runs} WHERE status = 'running' "
-                f"AND (lease_until < :at{dead})",
-                {"at": at, **names},
-            )
-            for run_id, thread_id, attempt, worker, metadata, cancel in rows:
-                record = {"attempt": int(attempt), "worker": worker, "ended_at": at, "outcome": LEASE_EXPIRED}
-                meta = loads(metadata)
-                meta["attempts"] = [*(meta.get("attempts") or []), record]
-                if cancel is not None:  # a cancelled run is not resumed: it ends as a cancel would have ended it
-                    cur.change(
-                        "UPDATE {runs} SET status = 'interrupted', error = :error, lease_until = NULL, "
-                        "metadata = :metadata, updated_at = :at WHERE run_id = :id AND status = 'running'",
-                        {"error": f"cancelled; {LEASE_EXPIRED}", "metadata": dumps(meta), "at": at, "id": run_id},
-                    )
-                    failed.append(str(run_id))
-                    continue
-                if int(attempt) < max_attempts:
-                    meta.update(resumed=True, attempt=int(attempt) + 1)
-                    cur.change(
-                        "UPDATE {runs} SET status = 'pending', worker = NULL, lease_until = NULL, cancel = NULL, "
-                        "relay = NULL, attempt = attempt + 1, metadata = :metadata, updated_at = :at "
-                        "WHERE run_id = :id AND status = 'running'",
-                        {"metadata": dumps(meta), "at": at, "id": run_id},
-                    )
-                    requeued.append(str(run_id))
-                    self.database.notify(cur, QUEUE)
-                    continue
-                error = json.dumps(
-                    {"error": "RunError", "message": f"{LEASE_EXPIRED}, {attempt} of {max_attempts} attempt(s)"}
-                )
-                cur.change(
-                    "UPDATE {runs} SET status = 'error', error = :error, lease_until = NULL, metadata = :metadata, "
-                    "updated_at = :at WHERE run_id = :id AND status = 'running'",
-                    {"error": error, "metadata": dumps(meta), "at": at, "id": run_id},
-                )
-                cur.change(
-                    "UPDATE {threads} SET status = 'error', updated_at = :at WHERE thread_id = :id",
-                    {"at": at, "id": thread_id},
+        rows: list[Row] = yield Rows(
+            "SELECT run_id, thread_id, attempt, worker, metadata, cancel FROM {runs} WHERE status = 'running' "
+            f"AND (lease_until < :at{dead})",
+            {"at": at, **names},
+        )
+        for run_id, thread_id, attempt, worker, metadata, cancel in rows:
+            record = {"attempt": int(attempt), "worker": worker, "ended_at": at, "outcome": LEASE_EXPIRED}
+            meta = loads(metadata)
+            meta["attempts"] = [*(meta.get("attempts") or []), record]
+            if cancel is not None:  # a cancelled run is not resumed: it ends as a cancel would have ended it
+                yield Change(
+                    "UPDATE {runs} SET status = 'interrupted', error = :error, lease_until = NULL, "
+                    "metadata = :metadata, updated_at = :at WHERE run_id = :id AND status = 'running'",
+                    {"error": f"cancelled; {LEASE_EXPIRED}", "metadata": dumps(meta), "at": at, "id": run_id},
                 )
                 failed.append(str(run_id))
+                continue
+            if int(attempt) < max_attempts:
+                meta.update(resumed=True, attempt=int(attempt) + 1)
+                yield Change(
+                    "UPDATE {runs} SET status = 'pending', worker = NULL, lease_until = NULL, cancel = NULL, "
+                    "relay = NULL, attempt = attempt + 1, metadata = :metadata, updated_at = :at "
+                    "WHERE run_id = :id AND status = 'running'",
+                    {"metadata": dumps(meta), "at": at, "id": run_id},
+                )
+                requeued.append(str(run_id))
+                yield from self.database.notify(QUEUE)
+                continue
+            error = json.dumps(
+                {"error": "RunError", "message": f"{LEASE_EXPIRED}, {attempt} of {max_attempts} attempt(s)"}
+            )
+            yield Change(
+                "UPDATE {runs} SET status = 'error', error = :error, lease_until = NULL, metadata = :metadata, "
+                "updated_at = :at WHERE run_id = :id AND status = 'running'",
+                {"error": error, "metadata": dumps(meta), "at": at, "id": run_id},
+            )
+            yield Change(
+                "UPDATE {threads} SET status = 'error', updated_at = :at WHERE thread_id = :id",
+                {"at": at, "id": thread_id},
+            )
+            failed.append(str(run_id))
         return ExpiredRuns(requeued, failed)

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from haystack_state._driver import Flow
+from haystack_state.server.database import Change, Row, Rows
 from haystack_state.server.records import CancelAction, now_text
-from haystack_state.server.tables import REQUESTS, Tables
+from haystack_state.server.tables import REQUESTS, Tables, reads, writes, writes_alone
 
 __all__ = ["RelayedEnd", "RelayedEvent", "RunRelay", "WorkerRequest"]
 
@@ -48,9 +50,13 @@ class RelayedEnd(NamedTuple):
 
 
 class RunRelay(Tables):
-    """Cancel and relay requests on running runs, and relayed events. Thread-safe; every method is one transaction."""
+    """
+    Cancel and relay requests on running runs, and relayed events. Thread-safe; each method is one
+    :class:`~haystack_state.server.database.Work`.
+    """
 
-    def request_cancel(self, run_id: str, action: CancelAction) -> bool:
+    @writes
+    def request_cancel(self, run_id: str, action: CancelAction) -> Flow[bool]:
         """
         Ask the worker of a running run to stop it (it polls :meth:`requests`).
 
@@ -59,38 +65,40 @@ class RunRelay(Tables):
             the thread to where the run started, and delete the run).
         :returns: Whether the run was running.
         """
-        with self.database.transaction() as cur:
-            changed = cur.change(
-                "UPDATE {runs} SET cancel = :action, updated_at = :at WHERE run_id = :id AND status = 'running'",
-                {"action": action, "at": now_text(), "id": run_id},
-            )
-            if changed:
-                self.database.notify(cur, REQUESTS)
-            return changed == 1
+        changed: int = yield Change(
+            "UPDATE {runs} SET cancel = :action, updated_at = :at WHERE run_id = :id AND status = 'running'",
+            {"action": action, "at": now_text(), "id": run_id},
+        )
+        if changed:
+            yield from self.database.notify(REQUESTS)
+        return changed == 1
 
-    def requests(self, worker: str) -> list[WorkerRequest]:
+    @reads
+    def requests(self, worker: str) -> Flow[list[WorkerRequest]]:
         """The requests on the runs a worker is running: one for each run that has a cancel or a relay request."""
-        rows = self.database.read(
+        rows: list[Row] = yield Rows(
             "SELECT run_id, cancel, relay FROM {runs} WHERE worker = :worker AND status = 'running' "
             "AND (cancel IS NOT NULL OR relay = 1)",
             {"worker": worker},
         )
         return [WorkerRequest(str(run_id), action, bool(relay)) for run_id, action, relay in rows]
 
-    def request_relay(self, run_id: str) -> None:
+    @writes
+    def request_relay(self, run_id: str) -> Flow[None]:
         """Ask the worker of a running run to write its stream events to the database (see :meth:`relay_events`)."""
-        with self.database.transaction() as cur:
-            if cur.change(
-                "UPDATE {runs} SET relay = 1 WHERE run_id = :id AND status = 'running' AND relay IS NULL",
-                {"id": run_id},
-            ):
-                self.database.notify(cur, REQUESTS)
+        changed: int = yield Change(
+            "UPDATE {runs} SET relay = 1 WHERE run_id = :id AND status = 'running' AND relay IS NULL", {"id": run_id}
+        )
+        if changed:
+            yield from self.database.notify(REQUESTS)
 
-    def relay_requested(self, run_id: str) -> bool:
+    @reads
+    def relay_requested(self, run_id: str) -> Flow[bool]:
         """Whether a follower in another process asked for a run's events."""
-        rows = self.database.read("SELECT relay FROM {runs} WHERE run_id = :id", {"id": run_id})
+        rows: list[Row] = yield Rows("SELECT relay FROM {runs} WHERE run_id = :id", {"id": run_id})
         return bool(rows and rows[0][0])
 
+    @writes
     def relay_events(
         self,
         run_id: str,
@@ -99,7 +107,7 @@ class RunRelay(Tables):
         *,
         worker: str | None = None,
         attempt: int | None = None,
-    ) -> None:
+    ) -> Flow[None]:
         """
         Write a run's stream events, numbered from ``first_seq``.
 
@@ -111,36 +119,41 @@ class RunRelay(Tables):
         """
         if not events:
             return
-        with self.database.transaction() as cur:
-            if worker is not None and not cur.rows(
+        if worker is not None:
+            holds: list[Row] = yield Rows(
                 "SELECT 1 FROM {runs} WHERE run_id = :id AND worker = :worker AND attempt = :attempt",
                 {"id": run_id, "worker": worker, "attempt": attempt or 1},
-            ):
+            )
+            if not holds:
                 return
-            for offset, (event, data) in enumerate(events):
-                cur.change(
-                    "INSERT INTO {run_events} (run_id, seq, attempt, event, data) "
-                    "VALUES (:id, :seq, :attempt, :event, :data)",
-                    {"id": run_id, "seq": first_seq + offset, "attempt": attempt or 1, "event": event, "data": data},
-                )
+        for offset, (event, data) in enumerate(events):
+            yield Change(
+                "INSERT INTO {run_events} (run_id, seq, attempt, event, data) "
+                "VALUES (:id, :seq, :attempt, :event, :data)",
+                {"id": run_id, "seq": first_seq + offset, "attempt": attempt or 1, "event": event, "data": data},
+            )
 
-    def relayed_events(self, run_id: str, after: tuple[int, int] = (0, -1), limit: int = 1000) -> list[RelayedEvent]:
+    @reads
+    def relayed_events(
+        self, run_id: str, after: tuple[int, int] = (0, -1), limit: int = 1000
+    ) -> Flow[list[RelayedEvent]]:
         """
         A run's relayed events after the event ``after`` (``(attempt, seq)``; every event by default):
         ``(attempt, seq, event name, JSON data)``, in order. Every event of a later attempt comes after those of an
         earlier one.
         """
         attempt, seq = after
-        rows = self.database.read(
+        rows: list[Row] = yield Rows(
             "SELECT attempt, seq, event, data FROM {run_events} WHERE run_id = :id "
             "AND (attempt > :attempt OR (attempt = :attempt AND seq > :seq)) ORDER BY attempt, seq LIMIT :limit",
             {"id": run_id, "attempt": attempt, "seq": seq, "limit": limit},
         )
         return [RelayedEvent(int(made_by), int(number), str(event), str(data)) for made_by, number, event, data in rows]
 
-    def relayed_end(self, run_id: str, attempt: int) -> RelayedEnd:
+    @reads
+    def relayed_end(self, run_id: str, attempt: int) -> Flow[RelayedEnd]:
         """What one attempt of a run relayed."""
-        rows = self.database.read(
+        rows: list[Row] = yield Rows(
             "SELECT MAX(seq), MAX(CASE WHEN event = 'values' THEN 1 ELSE 0 END), "
             "MAX(CASE WHEN event = 'error' THEN 1 ELSE 0 END) FROM {run_events} "
             "WHERE run_id = :id AND attempt = :attempt",
@@ -149,16 +162,18 @@ class RunRelay(Tables):
         last, values, error = rows[0] if rows else (None, 0, 0)
         return RelayedEnd(None if last is None else int(last), bool(values), bool(error))
 
-    def forget_relayed(self, before: str) -> int:
+    @writes_alone
+    def forget_relayed(self, before: str) -> Flow[int]:
         """Delete the relayed events of runs that ended before ``before`` (ISO-8601). Returns how many."""
-        with self.database.transaction() as cur:
-            return cur.change(
-                "DELETE FROM {run_events} WHERE run_id IN (SELECT run_id FROM {runs} WHERE status NOT IN "
-                "('pending', 'running') AND updated_at < :before)",
-                {"before": before},
-            )
+        deleted: int = yield Change(
+            "DELETE FROM {run_events} WHERE run_id IN (SELECT run_id FROM {runs} WHERE status NOT IN "
+            "('pending', 'running') AND updated_at < :before)",
+            {"before": before},
+        )
+        return deleted
 
-    def next_event_seq(self, run_id: str) -> int:
+    @reads
+    def next_event_seq(self, run_id: str) -> Flow[int]:
         """The number the next relayed event of a run takes (a resumed run's events follow its earlier attempts')."""
-        rows = self.database.read("SELECT MAX(seq) FROM {run_events} WHERE run_id = :id", {"id": run_id})
+        rows: list[Row] = yield Rows("SELECT MAX(seq) FROM {run_events} WHERE run_id = :id", {"id": run_id})
         return int(rows[0][0]) + 1 if rows and rows[0][0] is not None else 0

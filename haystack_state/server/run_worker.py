@@ -169,7 +169,7 @@ class RunWorker(RunFollower):
         try:
             try:
                 if run.attempt > 1:  # its events follow those its earlier attempts relayed
-                    live.seq_base = await self.db(lambda: self.storage.next_event_seq(run.run_id))
+                    live.seq_base = await self.storage.next_event_seq(run.run_id)
                 job = self.job_for(run)
             except Exception as error:  # stored kwargs that no longer fit the agent (a schema change, a bad value)
                 payload = error_payload(error)
@@ -192,19 +192,16 @@ class RunWorker(RunFollower):
             failure = json.dumps(outcome.error) if outcome.error is not None else None
             try:
                 if live.events and not live.relay:  # asked for since the last poll?
-                    live.relay = await self.db(lambda: self.storage.relay_requested(run.run_id))
+                    live.relay = await self.storage.relay_requested(run.run_id)
                 if live.relay:  # every event is in the database before the run is seen to end
                     await self._flush(live)
-                recorded = await self.db(
-                    lambda: self.storage.finish_run(
-                        run.run_id,
-                        outcome.status,
-                        thread_status=outcome.thread_status,
-                        error=failure,
-                        worker=self.worker_id,
-                        attempt=run.attempt,
-                    ),
-                    write=True,
+                recorded = await self.storage.finish_run(
+                    run.run_id,
+                    outcome.status,
+                    thread_status=outcome.thread_status,
+                    error=failure,
+                    worker=self.worker_id,
+                    attempt=run.attempt,
                 )
                 if not recorded:
                     logger.warning(
@@ -213,7 +210,7 @@ class RunWorker(RunFollower):
                         run.attempt,
                     )
                 if rollback and recorded:
-                    await self.db(lambda: self.storage.delete_run(run.run_id), write=True)
+                    await self.storage.delete_run(run.run_id)
             except Exception:  # the database went away: the lease expires and another worker reports the run
                 logger.exception("Could not record the end of run %s", run.run_id)
             live.finish(outcome)
@@ -297,7 +294,7 @@ class RunWorker(RunFollower):
                 return
             self._slots += 1
             try:
-                run, pending = await self.db(lambda: self.storage.next_claim(assistants, self._lease()), write=True)
+                run, pending = await self.storage.next_claim(assistants, self._lease())
             except BaseException:
                 self._slots -= 1
                 raise
@@ -320,7 +317,7 @@ class RunWorker(RunFollower):
         running = self._running()
         if not running:
             return
-        for run_id, action, relay in await self.db(lambda: self.storage.requests(self.worker_id)):
+        for run_id, action, relay in await self.storage.requests(self.worker_id):
             live = self._live.get(run_id)
             if live is None or live.done.is_set():
                 continue
@@ -339,23 +336,18 @@ class RunWorker(RunFollower):
                 return
             first = live.relayed
             rows = [(name, json.dumps(data, ensure_ascii=False, separators=(",", ":"))) for name, data in events]
-            await self.db(
-                lambda: self.storage.relay_events(
-                    live.run_id, live.seq_base + first, rows, worker=self.worker_id, attempt=live.attempt
-                ),
-                write=True,
+            await self.storage.relay_events(
+                live.run_id, live.seq_base + first, rows, worker=self.worker_id, attempt=live.attempt
             )
             live.relayed = first + len(rows)
 
     async def _maintain(self) -> None:
         running = [run_id for run_id in self._tasks if run_id in self._live]
-        await self.db(lambda: self.storage.renew_leases(self._lease(), running), write=True)
-        dead = [worker for worker in await self.db(self.storage.running_workers) if self._is_gone(worker)]
-        requeued, failed = await self.db(
-            lambda: self.storage.expire_leases(self.max_attempts, dead_workers=dead), write=True
-        )
+        await self.storage.renew_leases(self._lease(), running)
+        dead = [worker for worker in await self.storage.running_workers() if self._is_gone(worker)]
+        requeued, failed = await self.storage.expire_leases(self.max_attempts, dead_workers=dead)
         kept = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=self.keep_seconds)).isoformat(timespec="microseconds")
-        await self.db(lambda: self.storage.forget_relayed(kept), write=True)
+        await self.storage.forget_relayed(kept)
         if requeued:
             logger.warning(
                 "Runs %s lost their worker; they are queued again, to resume from their checkpoint", requeued

@@ -73,15 +73,12 @@ class RunManager(RunWorker):
         if here:
             self._slots += 1  # reserved before the insert, so that two requests cannot both take the last slot
             try:
-                stored = await self.db(
-                    lambda: self.storage.create_run(
-                        dataclasses.replace(run, status="running", worker=self.worker_id),
-                        lease_until=self._lease().until,
-                        max_pending=self.max_pending_runs,
-                        graph_id=graph_id,
-                        idempotency=idempotency,
-                    ),
-                    write=True,
+                stored = await self.storage.create_run(
+                    dataclasses.replace(run, status="running", worker=self.worker_id),
+                    lease_until=self._lease().until,
+                    max_pending=self.max_pending_runs,
+                    graph_id=graph_id,
+                    idempotency=idempotency,
                 )
             except BaseException:
                 self._slots -= 1
@@ -96,14 +93,11 @@ class RunManager(RunWorker):
                 self._cancel_here(stored)
                 self._notify()  # queued behind its thread's run: claimed when that run ends
             return stored
-        stored = await self.db(
-            lambda: self.storage.create_run(
-                dataclasses.replace(run, status="pending"),
-                max_pending=self.max_pending_runs,
-                graph_id=graph_id,
-                idempotency=idempotency,
-            ),
-            write=True,
+        stored = await self.storage.create_run(
+            dataclasses.replace(run, status="pending"),
+            max_pending=self.max_pending_runs,
+            graph_id=graph_id,
+            idempotency=idempotency,
         )
         if stored.replayed:
             return stored
@@ -160,12 +154,12 @@ class RunManager(RunWorker):
         """
         if action not in CANCEL_ACTIONS:
             raise ValueError(f"cancel action must be one of {CANCEL_ACTIONS}, got {action!r}")
-        if await self.db(lambda: self.storage.cancel_pending(run.run_id), write=True):
+        if await self.storage.cancel_pending(run.run_id):
             if action == "rollback":
-                await self.db(lambda: self.storage.delete_run(run.run_id), write=True)
+                await self.storage.delete_run(run.run_id)
             return
         live = self._live.get(run.run_id)
         if live is not None and not live.done.is_set():
             live.cancel(action)
             return
-        await self.db(lambda: self.storage.request_cancel(run.run_id, action), write=True)
+        await self.storage.request_cancel(run.run_id, action)

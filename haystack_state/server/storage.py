@@ -27,7 +27,9 @@ __all__ = ["Idempotency", "IdempotencyConflict", "RunRecord", "ServerStorage", "
 
 class ServerStorage(ThreadTable, RunQueue, RunRelay, RunLeases):
     """
-    Thread records and the run queue, in the checkpointer's database. Thread-safe; every method is one transaction.
+    Thread records and the run queue, in the checkpointer's database. Thread-safe; each method returns one
+    transaction as a :class:`~haystack_state.server.database.Work`: ``await storage.get_run(run_id)`` on the event
+    loop, ``storage.get_run(run_id).result()`` from a thread.
 
     :param database: The database (its tables are created or migrated here).
     """

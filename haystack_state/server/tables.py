@@ -10,8 +10,13 @@ joins them.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, TypeVar
+
+from haystack_state._driver import Flow
 from haystack_state.errors import CheckpointError
-from haystack_state.server.database import Database
+from haystack_state.server.database import Change, Database, Row, Rows, Work
 from haystack_state.server.records import now_text
 
 __all__ = [
@@ -26,7 +31,14 @@ __all__ = [
     "THREAD_SORT",
     "Tables",
     "migrate",
+    "reads",
+    "writes",
+    "writes_alone",
 ]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+S = TypeVar("S", bound="Tables")
 
 THREAD_SORT = ("thread_id", "status", "created_at", "updated_at")
 
@@ -121,26 +133,62 @@ REQUESTS = "requests"
 
 def migrate(database: Database) -> None:
     """Create the server's tables, or bring them to the newest version, in one transaction."""
-    with database.transaction() as cur:
-        if database.dialect == "postgres":
-            cur.rows("SELECT pg_advisory_xact_lock(hashtext('haystack_state_server_migrations'))")
-            cur.change(f'CREATE SCHEMA IF NOT EXISTS "{getattr(database, "schema", "public")}"')
-        cur.change("CREATE TABLE IF NOT EXISTS {migrations} (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
-        current = int(cur.rows("SELECT COALESCE(MAX(version), 0) FROM {migrations}")[0][0])
-        if current > len(MIGRATIONS):
-            raise CheckpointError(
-                f"The server's tables are at version {current}, newer than this haystack-state supports "
-                f"({len(MIGRATIONS)}); upgrade haystack-state."
-            )
-        for version in range(current + 1, len(MIGRATIONS) + 1):
-            for statement in MIGRATIONS[version - 1]:
-                cur.change(statement)
-            cur.change("INSERT INTO {migrations} VALUES (:v, :at)", {"v": version, "at": now_text()})
+    Work(database, functools.partial(_migrate, database), write=True).result()
+
+
+def _migrate(database: Database) -> Flow[None]:
+    if database.dialect == "postgres":
+        yield Rows("SELECT pg_advisory_xact_lock(hashtext('haystack_state_server_migrations'))")
+        yield Change(f'CREATE SCHEMA IF NOT EXISTS "{getattr(database, "schema", "public")}"')
+    yield Change("CREATE TABLE IF NOT EXISTS {migrations} (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+    found: list[Row] = yield Rows("SELECT COALESCE(MAX(version), 0) FROM {migrations}")
+    current = int(found[0][0])
+    if current > len(MIGRATIONS):
+        raise CheckpointError(
+            f"The server's tables are at version {current}, newer than this haystack-state supports "
+            f"({len(MIGRATIONS)}); upgrade haystack-state."
+        )
+    for version in range(current + 1, len(MIGRATIONS) + 1):
+        for statement in MIGRATIONS[version - 1]:
+            yield Change(statement)
+        yield Change("INSERT INTO {migrations} VALUES (:v, :at)", {"v": version, "at": now_text()})
+
+
+def reads(method: Callable[Concatenate[S, P], Flow[T]]) -> Callable[Concatenate[S, P], Work[T]]:
+    """
+    A table method written as a flow that only reads: calling it returns its :class:`Work` (each statement runs on
+    its own), which the caller awaits or runs with ``result()``.
+    """
+    return _work_of(method, write=False)
+
+
+def writes(method: Callable[Concatenate[S, P], Flow[T]]) -> Callable[Concatenate[S, P], Work[T]]:
+    """A table method written as a flow that writes: calling it returns its :class:`Work`, one transaction."""
+    return _work_of(method, write=True)
+
+
+def writes_alone(method: Callable[Concatenate[S, P], Flow[T]]) -> Callable[Concatenate[S, P], Work[T]]:
+    """
+    A table method written as a flow whose writes each stand alone (one statement, or statements that need not
+    commit together): on PostgreSQL each commits on its own, one round trip, with no ``BEGIN`` and ``COMMIT``.
+    """
+    return _work_of(method, write=True, alone=True)
+
+
+def _work_of(
+    method: Callable[Concatenate[S, P], Flow[T]], *, write: bool, alone: bool = False
+) -> Callable[Concatenate[S, P], Work[T]]:
+    @functools.wraps(method)
+    def work(self: S, /, *args: P.args, **kwargs: P.kwargs) -> Work[T]:
+        return Work(self.database, functools.partial(method, self, *args, **kwargs), write=write, alone=alone)
+
+    return work
 
 
 class Tables:
     """
-    The base of the classes that query the server's tables: they share one database.
+    The base of the classes that query the server's tables: they share one database. Their methods return a
+    :class:`~haystack_state.server.database.Work`: await it on the event loop, or call its ``result()``.
 
     :param database: The database.
     """

@@ -9,51 +9,55 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from haystack_state.server.database import Cursor
+from haystack_state._driver import Flow
+from haystack_state.server.database import Change, Row, Rows
 from haystack_state.server.metadata import check_metadata, dumps, filter_sql, loads, matches, unqueryable_sql
 from haystack_state.server.records import ThreadBusy, ThreadRecord, now_text, thread_record
-from haystack_state.server.tables import THREAD_SORT, THREADS, Tables
+from haystack_state.server.tables import THREAD_SORT, THREADS, Tables, reads, writes, writes_alone
 from haystack_state.text import text_problem
 
 __all__ = ["ThreadTable"]
 
 
 class ThreadTable(Tables):
-    """The server's thread records. Thread-safe; every method is one transaction."""
+    """The server's thread records. Thread-safe; each method is one :class:`~haystack_state.server.database.Work`."""
 
+    @writes_alone
     def create_thread(
         self, thread_id: str, owner: str, metadata: Mapping[str, Any], *, if_exists: str = "raise"
-    ) -> ThreadRecord | None:
+    ) -> Flow[ThreadRecord | None]:
         """
-        Create a thread record.
+        Create a thread record (one statement: the insert, unless the id is taken).
 
         :returns: The new record; with ``if_exists="do_nothing"``, the owner's existing record; None if the id is
             taken (by this owner with ``if_exists="raise"``, or by another owner).
         """
-        at = now_text()
-        with self.database.transaction() as cur:
-            found = self._thread(cur, thread_id)
-            if found is not None:
-                return found if found.owner == owner and if_exists == "do_nothing" else None
-            stored = dumps(metadata)
-            cur.change(
+        at, stored = now_text(), dumps(metadata)
+        for _ in range(3):  # (the id is taken, and that thread is deleted before it is read: insert again)
+            added: list[Row] = yield Rows(
                 "INSERT INTO {threads} (thread_id, owner, assistant_id, metadata, status, created_at, updated_at) "
-                "VALUES (:id, :owner, NULL, :metadata, 'idle', :at, :at)",
+                "VALUES (:id, :owner, NULL, :metadata, 'idle', :at, :at) ON CONFLICT (thread_id) DO NOTHING "
+                "RETURNING thread_id",
                 {"id": thread_id, "owner": owner, "metadata": stored, "at": at},
             )
-            # As read back (a new thread has no runs: idle).
-            return ThreadRecord(thread_id, owner, None, loads(stored, thread_id), "idle", at, at)
+            if added:  # as read back (a new thread has no runs: idle)
+                return ThreadRecord(thread_id, owner, None, loads(stored, thread_id), "idle", at, at)
+            found = yield from self._thread(thread_id)
+            if found is not None:
+                return found if found.owner == owner and if_exists == "do_nothing" else None
+        return None
 
-    def get_thread(self, thread_id: str, owner: str) -> ThreadRecord | None:
+    @reads
+    def get_thread(self, thread_id: str, owner: str) -> Flow[ThreadRecord | None]:
         """The owner's thread, or None (also for another owner's thread)."""
-        rows = self.database.read(f"{THREADS} WHERE t.thread_id = :id", {"id": thread_id})
-        found = thread_record(rows[0]) if rows else None
+        found = yield from self._thread(thread_id)
         return found if found is not None and found.owner == owner else None
 
-    def _thread(self, cur: Cursor, thread_id: str) -> ThreadRecord | None:
-        rows = cur.rows(f"{THREADS} WHERE t.thread_id = :id", {"id": thread_id})
+    def _thread(self, thread_id: str) -> Flow[ThreadRecord | None]:
+        rows: list[Row] = yield Rows(f"{THREADS} WHERE t.thread_id = :id", {"id": thread_id})
         return thread_record(rows[0]) if rows else None
 
+    @reads
     def search_threads(
         self,
         owner: str,
@@ -65,7 +69,7 @@ class ThreadTable(Tables):
         offset: int = 0,
         sort_by: str = "created_at",
         sort_order: str = "desc",
-    ) -> list[ThreadRecord]:
+    ) -> Flow[list[ThreadRecord]]:
         """The owner's threads matching every filter (metadata: each top-level key equal), sorted and paged."""
         if sort_by not in THREAD_SORT or sort_order not in ("asc", "desc"):
             raise ValueError(f"cannot sort threads by {sort_by!r} {sort_order!r}")
@@ -75,11 +79,10 @@ class ThreadTable(Tables):
             f"SELECT * FROM ({THREADS} WHERE t.owner = :owner) AS s WHERE {where} "
             f"ORDER BY {order} {sort_order}, thread_id {sort_order} LIMIT :limit OFFSET :offset"
         )
-        with self.database.transaction(write=False) as cur:
-            unqueryable = self._unqueryable_matches(cur, owner, metadata, status, ids)
-            if unqueryable:  # matched in Python: page the database's matches and these together
-                params.update(limit=offset + limit, offset=0)
-            rows = cur.rows(query, {"limit": limit, "offset": offset, **params})
+        unqueryable = yield from self._unqueryable_matches(owner, metadata, status, ids)
+        if unqueryable:  # matched in Python: page the database's matches and these together
+            params.update(limit=offset + limit, offset=0)
+        rows: list[Row] = yield Rows(query, {"limit": limit, "offset": offset, **params})
         records = [thread_record(row) for row in rows]
         if not unqueryable:
             return records
@@ -88,13 +91,16 @@ class ThreadTable(Tables):
         records.sort(key=lambda r: (getattr(r, field), r.thread_id), reverse=sort_order == "desc")
         return records[offset : offset + limit]
 
-    def count_threads(self, owner: str, *, metadata: Mapping[str, Any] | None = None, status: str | None = None) -> int:
+    @reads
+    def count_threads(
+        self, owner: str, *, metadata: Mapping[str, Any] | None = None, status: str | None = None
+    ) -> Flow[int]:
         """How many of the owner's threads match the filters."""
         where, params = self._thread_filters(owner, metadata, status, None)
         query = f"SELECT COUNT(*) FROM ({THREADS} WHERE t.owner = :owner) AS s WHERE {where}"
-        with self.database.transaction(write=False) as cur:
-            unqueryable = self._unqueryable_matches(cur, owner, metadata, status, None)
-            return int(cur.rows(query, params)[0][0]) + len(unqueryable)
+        unqueryable = yield from self._unqueryable_matches(owner, metadata, status, None)
+        rows: list[Row] = yield Rows(query, params)
+        return int(rows[0][0]) + len(unqueryable)
 
     def _thread_filters(
         self, owner: str, metadata: Mapping[str, Any] | None, status: str | None, ids: Sequence[str] | None
@@ -116,13 +122,8 @@ class ThreadTable(Tables):
         return " AND ".join(clauses), params
 
     def _unqueryable_matches(
-        self,
-        cur: Cursor,
-        owner: str,
-        metadata: Mapping[str, Any] | None,
-        status: str | None,
-        ids: Sequence[str] | None,
-    ) -> list[ThreadRecord]:
+        self, owner: str, metadata: Mapping[str, Any] | None, status: str | None, ids: Sequence[str] | None
+    ) -> Flow[list[ThreadRecord]]:
         """
         The threads a metadata filter matches among those whose stored metadata the database cannot query (written
         before text was checked; the database's filter leaves them out): matched here on their repaired metadata.
@@ -131,12 +132,13 @@ class ThreadTable(Tables):
             return []
         where, params = self._thread_filters(owner, None, status, ids)
         condition, extra = unqueryable_sql(self.database.dialect)
-        rows = cur.rows(
+        rows: list[Row] = yield Rows(
             f"SELECT * FROM ({THREADS} WHERE t.owner = :owner) AS s WHERE {where} AND {condition}", {**params, **extra}
         )
         records = [thread_record(row) for row in rows]
         return [r for r in records if matches(self.database.dialect, r.metadata, metadata)]
 
+    @writes
     def update_thread(
         self,
         thread_id: str,
@@ -144,45 +146,38 @@ class ThreadTable(Tables):
         metadata: Mapping[str, Any] | None = None,
         status: str | None = None,
         assistant_id: str | None = None,
-    ) -> None:
+    ) -> Flow[None]:
         """Merge metadata into a thread record, and/or set its last outcome or assistant; bump ``updated_at``."""
-        with self.database.transaction() as cur:
-            found = self._thread(cur, thread_id)
-            if found is None:
-                return
-            merged = {**found.metadata, **(metadata or {})}
-            cur.change(
-                "UPDATE {threads} SET metadata = :metadata, status = COALESCE(:status, status), "
-                "assistant_id = COALESCE(:assistant, assistant_id), updated_at = :at WHERE thread_id = :id",
-                {
-                    "metadata": dumps(merged),
-                    "status": status,
-                    "assistant": assistant_id,
-                    "at": now_text(),
-                    "id": thread_id,
-                },
-            )
+        found = yield from self._thread(thread_id)
+        if found is None:
+            return
+        merged = {**found.metadata, **(metadata or {})}
+        yield Change(
+            "UPDATE {threads} SET metadata = :metadata, status = COALESCE(:status, status), "
+            "assistant_id = COALESCE(:assistant, assistant_id), updated_at = :at WHERE thread_id = :id",
+            {"metadata": dumps(merged), "status": status, "assistant": assistant_id, "at": now_text(), "id": thread_id},
+        )
 
-    def delete_thread(self, thread_id: str, owner: str) -> bool:
+    @writes
+    def delete_thread(self, thread_id: str, owner: str) -> Flow[bool]:
         """
         Delete the owner's thread record and its runs.
 
         :returns: Whether it existed.
         :raises ThreadBusy: If a run of the thread is running (nothing is deleted).
         """
-        with self.database.transaction() as cur:
-            found = self._thread(cur, thread_id)
-            if found is None or found.owner != owner:
-                return False
-            running = cur.rows(
-                "SELECT run_id FROM {runs} WHERE thread_id = :id AND status = 'running'", {"id": thread_id}
-            )
-            if running:
-                raise ThreadBusy(f"Thread '{thread_id}' has a running run ({running[0][0]}); delete it when it ends.")
-            cur.change(
-                "DELETE FROM {run_events} WHERE run_id IN (SELECT run_id FROM {runs} WHERE thread_id = :id)",
-                {"id": thread_id},
-            )
-            cur.change("DELETE FROM {runs} WHERE thread_id = :id", {"id": thread_id})
-            cur.change("DELETE FROM {threads} WHERE thread_id = :id", {"id": thread_id})
-            return True
+        found = yield from self._thread(thread_id)
+        if found is None or found.owner != owner:
+            return False
+        running: list[Row] = yield Rows(
+            "SELECT run_id FROM {runs} WHERE thread_id = :id AND status = 'running'", {"id": thread_id}
+        )
+        if running:
+            raise ThreadBusy(f"Thread '{thread_id}' has a running run ({running[0][0]}); delete it when it ends.")
+        yield Change(
+            "DELETE FROM {run_events} WHERE run_id IN (SELECT run_id FROM {runs} WHERE thread_id = :id)",
+            {"id": thread_id},
+        )
+        yield Change("DELETE FROM {runs} WHERE thread_id = :id", {"id": thread_id})
+        yield Change("DELETE FROM {threads} WHERE thread_id = :id", {"id": thread_id})
+        return True

@@ -34,6 +34,7 @@ __all__ = [
     "head_async",
     "not_found",
     "owned_thread",
+    "owned_thread_async",
     "seed_thread",
 ]
 
@@ -45,11 +46,19 @@ def not_found(thread_id: str) -> HTTPException:
 
 def owned_thread(server: Server, thread_id: str, user: str) -> ThreadRecord:
     """
-    The user's thread record.
+    The user's thread record, from a worker thread (a sync route).
 
     :raises HTTPException: 404 if there is none (or it is another user's).
     """
-    record = server.storage.get_thread(thread_id, user)
+    return _owned(thread_id, server.storage.get_thread(thread_id, user).result())
+
+
+async def owned_thread_async(server: Server, thread_id: str, user: str) -> ThreadRecord:
+    """:func:`owned_thread`, on the event loop."""
+    return _owned(thread_id, await server.storage.get_thread(thread_id, user))
+
+
+def _owned(thread_id: str, record: ThreadRecord | None) -> ThreadRecord:
     if record is None:
         raise not_found(thread_id)
     return record

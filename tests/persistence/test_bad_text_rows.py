@@ -19,7 +19,7 @@ from haystack.dataclasses import ChatMessage, ToolCall
 
 from haystack_state import State, StateTypeError, UnstorableTextError
 from haystack_state.persistence import Checkpointer, extend, replace
-from haystack_state.server.database import Database, PostgresDatabase, SQLiteDatabase
+from haystack_state.server.database import Change, Database, PostgresDatabase, SQLiteDatabase, Work
 from haystack_state.server.storage import ServerStorage
 
 if TYPE_CHECKING:
@@ -247,8 +247,8 @@ def storage(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ServerSto
 def _store_metadata(storage: ServerStorage, thread_id: str, text: Any) -> None:
     """Write a thread's metadata text straight into its row (as written before requests were checked)."""
     cast = "CAST(:m AS TEXT)" if isinstance(text, bytes) else ":m"
-    with storage.database.transaction() as cur:
-        cur.change(f"UPDATE {{threads}} SET metadata = {cast} WHERE thread_id = :id", {"m": text, "id": thread_id})
+    query = f"UPDATE {{threads}} SET metadata = {cast} WHERE thread_id = :id"
+    Work(storage.database, lambda: (yield Change(query, {"m": text, "id": thread_id})), write=True).result()
 
 
 @pytest.mark.slow
@@ -257,25 +257,25 @@ def test_a_lone_surrogate_in_a_stored_thread_record_reads_back_replaced_and_is_l
 ) -> None:
     ids = [f"t{i}-{uuid.uuid4().hex[:8]}" for i in range(3)]
     for thread_id in ids:
-        storage.create_thread(thread_id, "me", {"tag": "x"})
-    storage.create_thread("someone-else", "you", {"tag": "x"})
+        storage.create_thread(thread_id, "me", {"tag": "x"}).result()
+    storage.create_thread("someone-else", "you", {"tag": "x"}).result()
     _store_metadata(storage, ids[1], '{"tag":"x","note":"a\\ud800b","\\udc80":1}')
     with caplog.at_level(logging.WARNING):
-        record = storage.get_thread(ids[1], "me")
-        listed = storage.search_threads("me", limit=10)
-        filtered = storage.search_threads("me", metadata={"tag": "x"}, sort_by="thread_id", sort_order="asc")
-        counted = storage.count_threads("me", metadata={"tag": "x"})
-        matched = storage.search_threads("me", metadata={"note": "a\ufffdb"})
+        record = storage.get_thread(ids[1], "me").result()
+        listed = storage.search_threads("me", limit=10).result()
+        filtered = storage.search_threads("me", metadata={"tag": "x"}, sort_by="thread_id", sort_order="asc").result()
+        counted = storage.count_threads("me", metadata={"tag": "x"}).result()
+        matched = storage.search_threads("me", metadata={"note": "a\ufffdb"}).result()
     assert record is not None and record.metadata == {"tag": "x", "note": "a\ufffdb", "\ufffd": 1}
     assert {r.thread_id for r in listed} == set(ids)
     assert [r.thread_id for r in filtered] == sorted(ids) and counted == 3
     assert [r.thread_id for r in matched] == [ids[1]]  # matched on its repaired metadata
     warned = warnings_about(caplog, ids[1])
     assert warned and all("thread metadata" in w and "U+FFFD" in w for w in warned)
-    storage.update_thread(ids[1], metadata={"more": 1})  # written again: stored repaired
+    storage.update_thread(ids[1], metadata={"more": 1}).result()  # written again: stored repaired
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        again = storage.get_thread(ids[1], "me")
+        again = storage.get_thread(ids[1], "me").result()
     assert again is not None and again.metadata["note"] == "a\ufffdb" and not warnings_about(caplog, ids[1])
 
 
@@ -287,7 +287,7 @@ def test_metadata_the_database_cannot_query_never_fails_a_search_or_a_count(
     matched in Python, and paged together with the database's matches."""
     ids = sorted(f"t{i}-{uuid.uuid4().hex[:8]}" for i in range(5))
     for i, thread_id in enumerate(ids):
-        storage.create_thread(thread_id, "me", {"tag": "x", "i": i})
+        storage.create_thread(thread_id, "me", {"tag": "x", "i": i}).result()
     _store_metadata(storage, ids[1], '{"tag":"x","n":NaN}')
     _store_metadata(storage, ids[2], '{"tag":"x","z":"a\\u0000b"}')
     _store_metadata(storage, ids[3], '{"tag":"y","n":-Infinity}')
@@ -295,12 +295,12 @@ def test_metadata_the_database_cannot_query_never_fails_a_search_or_a_count(
         pages = [
             storage.search_threads(
                 "me", metadata={"tag": "x"}, sort_by="thread_id", sort_order="asc", limit=2, offset=offset
-            )
+            ).result()
             for offset in (0, 2, 4)
         ]
-        counted = storage.count_threads("me", metadata={"tag": "x"})
-        other = storage.search_threads("me", metadata={"tag": "y"})
-        listed = storage.search_threads("me", limit=10)
+        counted = storage.count_threads("me", metadata={"tag": "x"}).result()
+        other = storage.search_threads("me", metadata={"tag": "y"}).result()
+        listed = storage.search_threads("me", limit=10).result()
     assert [[r.thread_id for r in page] for page in pages] == [[ids[0], ids[1]], [ids[2], ids[4]], []]
     assert counted == 4 and [r.thread_id for r in other] == [ids[3]] and len(listed) == 5
     assert pages[0][1].metadata == {"tag": "x", "n": None} and pages[1][0].metadata == {"tag": "x", "z": "a\x00b"}
@@ -311,12 +311,12 @@ def test_metadata_the_database_cannot_query_never_fails_a_search_or_a_count(
 def test_metadata_that_is_not_json_reads_as_empty_and_never_fails_a_search(
     storage: ServerStorage, caplog: pytest.LogCaptureFixture
 ) -> None:
-    storage.create_thread("t-bad", "me", {"tag": "x"})
-    storage.create_thread("t-good", "me", {"tag": "x"})
+    storage.create_thread("t-bad", "me", {"tag": "x"}).result()
+    storage.create_thread("t-good", "me", {"tag": "x"}).result()
     _store_metadata(storage, "t-bad", "{not json")
     with caplog.at_level(logging.WARNING):
-        assert [r.thread_id for r in storage.search_threads("me", metadata={"tag": "x"})] == ["t-good"]
-        assert [r.metadata for r in storage.search_threads("me", sort_by="thread_id")] == [{"tag": "x"}, {}]
+        assert [r.thread_id for r in storage.search_threads("me", metadata={"tag": "x"}).result()] == ["t-good"]
+        assert [r.metadata for r in storage.search_threads("me", sort_by="thread_id").result()] == [{"tag": "x"}, {}]
     assert any("not valid JSON" in w for w in warnings_about(caplog, "t-bad"))
 
 
@@ -324,12 +324,12 @@ def test_metadata_that_is_not_json_reads_as_empty_and_never_fails_a_search(
 def test_invalid_utf8_written_straight_into_the_sqlite_thread_table_is_read_and_listed(
     storage: ServerStorage, caplog: pytest.LogCaptureFixture
 ) -> None:
-    storage.create_thread("t-bad", "me", {"tag": "x"})
-    storage.create_thread("t-good", "me", {"tag": "x"})
+    storage.create_thread("t-bad", "me", {"tag": "x"}).result()
+    storage.create_thread("t-good", "me", {"tag": "x"}).result()
     _store_metadata(storage, "t-bad", b'{"tag":"x","note":"a\xed\xa0\x80b"}')
     with caplog.at_level(logging.WARNING):
-        listed = storage.search_threads("me", sort_by="thread_id")
-        filtered = storage.search_threads("me", metadata={"tag": "x"}, sort_by="thread_id")
+        listed = storage.search_threads("me", sort_by="thread_id").result()
+        filtered = storage.search_threads("me", metadata={"tag": "x"}, sort_by="thread_id").result()
     assert [r.thread_id for r in listed] == [r.thread_id for r in filtered] == ["t-good", "t-bad"]
     assert listed[1].metadata == {"tag": "x", "note": "a\ufffd\ufffd\ufffdb"}
     assert warnings_about(caplog, "t-bad")

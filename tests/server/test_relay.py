@@ -30,7 +30,7 @@ def test_the_worker_and_the_runs_end_relaying_at_once_write_each_event_once(back
     # The run, held by this manager's worker (a worker writes the events of the runs it holds only).
     at = now_text()
     run = RunRecord("run-1", "t-1", "agent", "", "running", "reject", {}, {}, None, manager.worker_id, at, at)
-    storage.create_run(run, lease_until="9999-12-31T00:00:00.000000+00:00")
+    storage.create_run(run, lease_until="9999-12-31T00:00:00.000000+00:00").result()
     live = LiveRun("run-1")
     live.relay = True
 
@@ -43,7 +43,7 @@ def test_the_worker_and_the_runs_end_relaying_at_once_write_each_event_once(back
 
     try:
         asyncio.run(main())
-        rows = storage.relayed_events("run-1")
+        rows = storage.relayed_events("run-1").result()
     finally:
         storage.close()
     assert [(attempt, seq) for attempt, seq, _, _ in rows] == [(1, n) for n in range(6)] and live.relayed == 6
@@ -62,10 +62,10 @@ def test_event_ids_order_by_attempt_then_number_wherever_the_run_is_followed(bac
     at = now_text()
     kwargs = {"stream_mode": ["values"]}
     run = RunRecord("run-1", "t-1", "agent", "", "running", "reject", kwargs, {}, None, manager.worker_id, at, at)
-    storage.create_run(run, lease_until="9999-12-31T00:00:00.000000+00:00")
+    storage.create_run(run, lease_until="9999-12-31T00:00:00.000000+00:00").result()
     first = [("values", f'{{"n":{n}}}') for n in range(3)]
-    storage.relay_events("run-1", 0, first, worker=manager.worker_id, attempt=1)
-    storage.relay_events("run-1", 3, [("values", '{"n":"a"}'), ("values", '{"n":"b"}')], attempt=2)
+    storage.relay_events("run-1", 0, first, worker=manager.worker_id, attempt=1).result()
+    storage.relay_events("run-1", 3, [("values", '{"n":"a"}'), ("values", '{"n":"b"}')], attempt=2).result()
 
     async def follow(after: tuple[int, int] | None) -> list[tuple[str | None, Any]]:
         return [(number, data) async for number, _, data in manager.events(run, after=after)]
@@ -79,7 +79,7 @@ def test_event_ids_order_by_attempt_then_number_wherever_the_run_is_followed(bac
         live.finish(RunOutcome("success", {"n": "b"}, None, "idle"))
         return relayed[0], relayed[1], await follow((1, 5)), await follow((1, 1))
 
-    storage.finish_run("run-1", "success", thread_status="idle")
+    storage.finish_run("run-1", "success", thread_status="idle").result()
     try:
         through_db, earlier_db, from_memory, earlier_memory = asyncio.run(main())
     finally:

@@ -38,7 +38,7 @@ from haystack_state.server.records import Idempotency, RunRecord, ThreadRecord
 from haystack_state.server.run_jobs import job_from_kwargs, new_run
 from haystack_state.server.sse import EventStream, frames
 from haystack_state.server.text import CallerDep
-from haystack_state.server.threads import head_async, not_found, owned_thread
+from haystack_state.server.threads import head_async, not_found, owned_thread_async
 from haystack_state.server.views import run_view
 from haystack_state.server.wire import WireError, keys_named, values_from_wire
 from haystack_state.state import State
@@ -80,8 +80,7 @@ async def _plan(server: Server, body: RunCreate, user: str, thread_id: str | Non
         if body.command is not None or body.fork_from is not None:
             raise WireError("command" if body.command is not None else "checkpoint", "needs a thread")
         return _Plan(assistant, kwargs)
-    if_not_exists = body.if_not_exists
-    record = await server.runs.db(lambda: _thread_for_run(server, thread_id, user, if_not_exists))
+    record = await _thread_for_run(server, thread_id, user, body.if_not_exists)
     if record.assistant_id is not None and record.assistant_id != assistant.assistant_id:
         other = server.assistants.resolve(record.assistant_id)
         raise HTTPException(
@@ -130,13 +129,13 @@ async def _plan(server: Server, body: RunCreate, user: str, thread_id: str | Non
     return _Plan(assistant, kwargs)
 
 
-def _thread_for_run(server: Server, thread_id: str, user: str, if_not_exists: str | None) -> ThreadRecord:
+async def _thread_for_run(server: Server, thread_id: str, user: str, if_not_exists: str | None) -> ThreadRecord:
     """The user's thread of a run (created if missing and ``if_not_exists="create"``); 404 otherwise."""
-    record = server.storage.get_thread(thread_id, user)
+    record = await server.storage.get_thread(thread_id, user)
     if record is None:
         if if_not_exists != "create":
             raise not_found(thread_id)
-        record = server.storage.create_thread(thread_id, user, {})
+        record = await server.storage.create_thread(thread_id, user, {})
         if record is None:  # the id is another user's
             raise not_found(thread_id)
     return record
@@ -257,17 +256,19 @@ async def stream_run(
     return EventStream(frames(run.run_id, batches, attempt=run.attempt), headers=_locations(run, "/stream"))
 
 
-def _owned_run(server: Server, thread_id: str, run_id: str, user: str) -> RunRecord:
-    owned_thread(server, thread_id, user)
-    run = server.storage.get_run(run_id, user)
+async def _owned_run(server: Server, thread_id: str, run_id: str, user: str) -> RunRecord:
+    await owned_thread_async(server, thread_id, user)
+    run = await server.storage.get_run(run_id, user)
     if run is None or run.thread_id != thread_id:
         raise HTTPException(404, f"Run '{run_id}' not found in thread '{thread_id}'.")
     return run
 
 
-def _runs_of(server: Server, thread_id: str, user: str, limit: int, offset: int, status: str | None) -> list[RunRecord]:
-    owned_thread(server, thread_id, user)
-    return server.storage.list_runs(thread_id, user, limit=limit, offset=offset, status=status)
+async def _runs_of(
+    server: Server, thread_id: str, user: str, limit: int, offset: int, status: str | None
+) -> list[RunRecord]:
+    await owned_thread_async(server, thread_id, user)
+    return await server.storage.list_runs(thread_id, user, limit=limit, offset=offset, status=status)
 
 
 @router.get("/threads/{thread_id}/runs", response_model=list[dict[str, Any]])
@@ -280,7 +281,7 @@ async def list_runs(
 ) -> JSONResponse:
     """The thread's runs, newest first."""
     server, user = caller
-    runs = await server.runs.db(lambda: _runs_of(server, thread_id, user, limit, offset, status))
+    runs = await _runs_of(server, thread_id, user, limit, offset, status)
     return JSONResponse([run_view(run) for run in runs])
 
 
@@ -288,14 +289,14 @@ async def list_runs(
 async def get_run(thread_id: str, run_id: str, caller: CallerDep) -> JSONResponse:
     """One run."""
     server, user = caller
-    return JSONResponse(run_view(await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))))
+    return JSONResponse(run_view(await _owned_run(server, thread_id, run_id, user)))
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join")
 async def join_run(thread_id: str, run_id: str, caller: CallerDep) -> Any:
     """Wait for a run to end; answer the thread's values (``{"__error__": {...}}`` if it failed)."""
     server, user = caller
-    run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
+    run = await _owned_run(server, thread_id, run_id, user)
     return _final(*await server.runs.wait(run))
 
 
@@ -313,7 +314,7 @@ async def join_stream(
     """
     server, user = caller
     after = _cursor(last_event_id)
-    run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
+    run = await _owned_run(server, thread_id, run_id, user)
     own = list(run.kwargs.get("stream_mode") or ["values"])
     stream_mode = [mode for mode in stream_mode or [] if mode]  # the SDK sends an empty value for "all"
     if stream_mode:
@@ -339,7 +340,7 @@ async def cancel_run(
     where the run started and deletes the run. ``wait`` waits for the run to stop.
     """
     server, user = caller
-    run = await server.runs.db(lambda: _owned_run(server, thread_id, run_id, user))
+    run = await _owned_run(server, thread_id, run_id, user)
     await server.runs.cancel(run, "rollback" if action == "rollback" else "interrupt")  # (as the pattern checked)
     if wait:
         await server.runs.wait(run)
@@ -347,11 +348,11 @@ async def cancel_run(
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
-def delete_run(thread_id: str, run_id: str, caller: CallerDep) -> Response:
+async def delete_run(thread_id: str, run_id: str, caller: CallerDep) -> Response:
     """Delete a run's record (refused while it runs: 409)."""
     server, user = caller
-    _owned_run(server, thread_id, run_id, user)
-    if not server.storage.delete_run(run_id):
+    await _owned_run(server, thread_id, run_id, user)
+    if not await server.storage.delete_run(run_id):
         raise HTTPException(409, f"Run '{run_id}' is running; delete it when it ends.")
     return Response(status_code=204)
 

@@ -39,6 +39,7 @@ from haystack_state.server.threads import (
     head_async,
     not_found,
     owned_thread,
+    owned_thread_async,
     seed_thread,
 )
 from haystack_state.server.views import checkpoint_ref, meta_view, outcome_status, select, state_view, thread_view
@@ -56,7 +57,7 @@ async def create_thread(body: ThreadCreate, server: ServerDep, user: UserDep) ->
     """Create a thread (it gets its first checkpoint from its first run, or from ``update_state``)."""
     thread_id = body.thread_id or str(uuid.uuid4())
     metadata, if_exists = body.metadata or {}, body.if_exists
-    record = await server.runs.db(lambda: server.storage.create_thread(thread_id, user, metadata, if_exists=if_exists))
+    record = await server.storage.create_thread(thread_id, user, metadata, if_exists=if_exists)
     if record is None:
         raise HTTPException(409, f"Thread '{thread_id}' already exists.")
     # A thread id the server just made has no checkpoint; one the client names may (its agent wrote it before).
@@ -71,7 +72,7 @@ _SEARCH_FIELDS = {"metadata", "status", "ids", "limit", "offset", "sort_by", "so
 @router.post("/search")
 def search_threads(body: ThreadSearch, server: ServerDep, user: UserDep) -> list[dict[str, Any]]:
     """The user's threads matching the filters (metadata keys equal, status, ids), sorted and paged."""
-    records = server.storage.search_threads(user, **body.model_dump(include=_SEARCH_FIELDS))
+    records = server.storage.search_threads(user, **body.model_dump(include=_SEARCH_FIELDS)).result()
     with_values = body.select is None or bool({"values", "interrupts"} & set(body.select))
     prompt = server.assistants.wire_system_prompt
     return [
@@ -99,13 +100,13 @@ def _listed_head(server: Server, record: ThreadRecord) -> ThreadSnapshot | None:
 @router.post("/count")
 def count_threads(body: ThreadCount, server: ServerDep, user: UserDep) -> int:
     """How many of the user's threads match the filters."""
-    return server.storage.count_threads(user, metadata=body.metadata, status=body.status)
+    return server.storage.count_threads(user, metadata=body.metadata, status=body.status).result()
 
 
 @router.get("/{thread_id}", response_model=dict[str, Any])
 async def get_thread(thread_id: str, server: ServerDep, user: UserDep) -> JSONResponse:
     """One thread, with its values and interrupts."""
-    record = await server.runs.db(lambda: owned_thread(server, thread_id, user))
+    record = await owned_thread_async(server, thread_id, user)
     snapshot = await head_async(server, record)
     return JSONResponse(thread_view(record, snapshot, system_prompt=server.assistants.wire_system_prompt))
 
@@ -114,7 +115,7 @@ async def get_thread(thread_id: str, server: ServerDep, user: UserDep) -> JSONRe
 def patch_thread(thread_id: str, body: ThreadPatch, server: ServerDep, user: UserDep) -> dict[str, Any]:
     """Merge metadata into a thread."""
     owned_thread(server, thread_id, user)
-    server.storage.update_thread(thread_id, metadata=body.metadata)
+    server.storage.update_thread(thread_id, metadata=body.metadata).result()
     record = owned_thread(server, thread_id, user)
     return thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt)
 
@@ -123,7 +124,7 @@ def patch_thread(thread_id: str, body: ThreadPatch, server: ServerDep, user: Use
 def delete_thread(thread_id: str, server: ServerDep, user: UserDep) -> Response:
     """Delete a thread, its runs and its checkpoints (refused while a run is running: 409)."""
     record = owned_thread(server, thread_id, user)
-    if not server.storage.delete_thread(thread_id, user):
+    if not server.storage.delete_thread(thread_id, user).result():
         raise not_found(thread_id)
     with contextlib.suppress(ThreadNotFoundError):  # a thread that never ran has no checkpoints
         agent_of(server, record).checkpointer.delete_thread(thread_id)  # type: ignore[union-attr]
@@ -136,11 +137,13 @@ def copy_thread(thread_id: str, server: ServerDep, user: UserDep) -> dict[str, A
     source = owned_thread(server, thread_id, user)
     snapshot = head(server, source)
     new_id = str(uuid.uuid4())
-    record = server.storage.create_thread(new_id, user, source.metadata)
+    record = server.storage.create_thread(new_id, user, source.metadata).result()
     assert record is not None  # a fresh uuid4
     if snapshot is not None:
         copy_values(agent_of(server, source), new_id, snapshot)
-        server.storage.update_thread(new_id, status=outcome_status(snapshot), assistant_id=source.assistant_id or None)
+        server.storage.update_thread(
+            new_id, status=outcome_status(snapshot), assistant_id=source.assistant_id or None
+        ).result()
     record = owned_thread(server, new_id, user)
     return thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt)
 
@@ -215,7 +218,7 @@ def update_state(thread_id: str, body: StateUpdate, server: ServerDep, user: Use
     values = values_from_wire(body.values or {}, field="values")
     with keys_named("values"):
         meta = seed_thread(agent, thread_id, values) if snapshot is None else agent.update_state(thread_id, values)
-    server.storage.update_thread(thread_id, status=outcome_status(agent.get_state(thread_id)))
+    server.storage.update_thread(thread_id, status=outcome_status(agent.get_state(thread_id))).result()
     return {"checkpoint": checkpoint_ref(thread_id, meta.checkpoint_id)}
 
 
