@@ -31,15 +31,6 @@ from haystack_state.tools.spec import ToolSpec
 __all__ = ["CallScope", "invoke_call", "invoke_call_async", "invoke_tool"]
 
 
-class _CallResult:
-    """What a call returned (or ``InterruptedCall``), set inside its :class:`CallScope`."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value: object = None
-
-
 class CallScope:
     """
     The context manager around one call (a class, not a generator: one is opened per tool call): its interrupt
@@ -49,7 +40,7 @@ class CallScope:
     :param call: The call.
     """
 
-    __slots__ = ("durations", "index", "interrupts", "outcome", "start")
+    __slots__ = ("durations", "index", "interrupts", "start", "value")
 
     def __init__(self, batch: ToolBatch, call: PlannedCall) -> None:
         assert call.spec is not None
@@ -58,14 +49,14 @@ class CallScope:
         self.durations = batch.durations if batch.on_call is not None else None
         self.index = call.index
         self.interrupts: AbstractContextManager[object] = interrupt_scope(call_id, call.spec.name, answers)
-        self.outcome = _CallResult()
+        self.value: object = None  # what the call returned (or ``InterruptedCall``), set inside the scope
         self.start = 0.0
 
-    def __enter__(self) -> _CallResult:
+    def __enter__(self) -> CallScope:
         if self.durations is not None:
             self.start = time.perf_counter()
         self.interrupts.__enter__()
-        return self.outcome
+        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -76,7 +67,7 @@ class CallScope:
             if self.durations is not None:
                 self.durations[self.index] = time.perf_counter() - self.start
         if isinstance(exc, ToolInterrupt):
-            self.outcome.value = InterruptedCall(exc)
+            self.value = InterruptedCall(exc)
             return True
         return False
 
@@ -97,7 +88,7 @@ def invoke_call(
     """
     spec = call.spec
     assert spec is not None
-    timeout = call_timeout(spec, batch.settings.tool_timeout)
+    timeout = None if spec.supports_sync else call_timeout(spec, batch.settings.tool_timeout)  # (an async tool's)
     with CallScope(batch, call) as outcome:
         if traced:
             outcome.value = traced_call(invoke_tool, spec, call.tool_call, parent, spec, kwargs, timeout)
