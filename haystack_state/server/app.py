@@ -9,11 +9,10 @@ import importlib.metadata
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -33,6 +32,7 @@ from haystack_state.server.cors import Cors, add_cors, cors_origins
 from haystack_state.server.database import database_for
 from haystack_state.server.executor import AgentExecutor
 from haystack_state.server.records import IdempotencyConflict, QueueFull, ThreadBusy
+from haystack_state.server.responses import Info, Ok, json_answer
 from haystack_state.server.routers import assistants as assistants_router
 from haystack_state.server.routers import runs as runs_router
 from haystack_state.server.routers import store as store_router
@@ -139,20 +139,23 @@ def create_app(
     async def root() -> RedirectResponse:
         return RedirectResponse("/ui/")
 
-    @app.get("/ok", include_in_schema=False)
-    async def ok() -> dict[str, bool]:
-        return {"ok": True}
+    @app.get("/ok", tags=["System"], response_model=Ok)
+    async def ok() -> Response:
+        """The health check: ``{"ok": true}`` while the server answers."""
+        return json_answer({"ok": True})
 
-    @app.get("/info", tags=["System"])
-    async def info() -> dict[str, Any]:
+    @app.get("/info", tags=["System"], response_model=Info)
+    async def info() -> Response:
         """The server's version and what it supports, in the shape of LangGraph's ``/info`` (its UIs read it)."""
-        return {
-            "version": VERSION,
-            "langgraph_py_version": None,
-            "flags": {"assistants": True, "crons": False, "langsmith": False, "langsmith_tracing_replicas": False},
-            "host": {"kind": "self-hosted", "project_id": None, "host_revision_id": None, "revision_id": None},
-            "haystack_state": {"version": VERSION},
-        }
+        return json_answer(
+            {
+                "version": VERSION,
+                "langgraph_py_version": None,
+                "flags": {"assistants": True, "crons": False, "langsmith": False, "langsmith_tracing_replicas": False},
+                "host": {"kind": "self-hosted", "project_id": None, "host_revision_id": None, "revision_id": None},
+                "haystack_state": {"version": VERSION},
+            }
+        )
 
     # The runs router first, then threads: FastAPI matches a request against the routes in order, and these are the
     # busiest (no path of one router matches another's).

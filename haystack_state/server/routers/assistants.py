@@ -10,10 +10,12 @@ from pydantic import TypeAdapter
 from haystack_state.server.assistants import Assistant
 from haystack_state.server.context import ServerDep, UserDep
 from haystack_state.server.models import AssistantCount, AssistantSearch
+from haystack_state.server.responses import REFUSED, Graph, GraphSchema, json_answer
+from haystack_state.server.responses import Assistant as AssistantAnswer
 from haystack_state.server.text import check_request
 from haystack_state.server.views import select
 
-router = APIRouter(prefix="/assistants", tags=["Assistants"], dependencies=[Depends(check_request)])
+router = APIRouter(prefix="/assistants", tags=["Assistants"], dependencies=[Depends(check_request)], responses=REFUSED)
 
 
 def _matches(assistant: Assistant, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None) -> bool:
@@ -25,22 +27,26 @@ def _matches(assistant: Assistant, graph_id: str | None, name: str | None, metad
     return all(view["metadata"].get(key) == value for key, value in (metadata or {}).items())
 
 
-@router.post("/search")
-async def search_assistants(body: AssistantSearch, server: ServerDep, _: UserDep, response: Response) -> list[Any]:
-    """The assistants matching the filters, paged."""
+@router.post("/search", response_model=list[AssistantAnswer])
+async def search_assistants(body: AssistantSearch, server: ServerDep, _: UserDep) -> Response:
+    """
+    The assistants matching the filters, paged (``X-Pagination-Next`` holds the next page's offset); with ``select``,
+    only the fields it names.
+    """
     found = [a.view() for a in server.assistants if _matches(a, body.graph_id, body.name, body.metadata)]
     if body.sort_by is not None:
         found.sort(key=lambda item: str(item[body.sort_by or "name"]), reverse=body.sort_order == "desc")
     page = found[body.offset : body.offset + body.limit]
+    answer = json_answer([select(item, body.select) for item in page])
     if body.offset + body.limit < len(found):
-        response.headers["X-Pagination-Next"] = str(body.offset + body.limit)
-    return [select(item, body.select) for item in page]
+        answer.headers["X-Pagination-Next"] = str(body.offset + body.limit)
+    return answer
 
 
-@router.post("/count")
-async def count_assistants(body: AssistantCount, server: ServerDep, _: UserDep) -> int:
+@router.post("/count", response_model=int)
+async def count_assistants(body: AssistantCount, server: ServerDep, _: UserDep) -> Response:
     """How many assistants match the filters."""
-    return sum(_matches(a, body.graph_id, body.name, body.metadata) for a in server.assistants)
+    return json_answer(sum(_matches(a, body.graph_id, body.name, body.metadata) for a in server.assistants))
 
 
 def _assistant(server: ServerDep, assistant_id: str) -> Assistant:
@@ -50,14 +56,14 @@ def _assistant(server: ServerDep, assistant_id: str) -> Assistant:
     return assistant
 
 
-@router.get("/{assistant_id}")
-async def get_assistant(assistant_id: str, server: ServerDep, _: UserDep) -> dict[str, Any]:
+@router.get("/{assistant_id}", response_model=AssistantAnswer)
+async def get_assistant(assistant_id: str, server: ServerDep, _: UserDep) -> Response:
     """One assistant, by id or name."""
-    return _assistant(server, assistant_id).view()
+    return json_answer(_assistant(server, assistant_id).view())
 
 
-@router.get("/{assistant_id}/schemas")
-async def get_assistant_schemas(assistant_id: str, server: ServerDep, _: UserDep) -> dict[str, Any]:
+@router.get("/{assistant_id}/schemas", response_model=GraphSchema)
+async def get_assistant_schemas(assistant_id: str, server: ServerDep, _: UserDep) -> Response:
     """The JSON schemas of the assistant's state (its input and output are state keys)."""
     assistant = _assistant(server, assistant_id)
     agent = assistant.agent
@@ -70,20 +76,20 @@ async def get_assistant_schemas(assistant_id: str, server: ServerDep, _: UserDep
         if entry.get("description"):
             properties[key]["description"] = entry["description"]
     state_schema = {"title": assistant.name, "type": "object", "properties": properties}
-    return {
-        "graph_id": assistant.name,
-        "input_schema": state_schema,
-        "output_schema": state_schema,
-        "state_schema": state_schema,
-        "config_schema": None,
-        "context_schema": None,
-    }
+    return json_answer(
+        {
+            "graph_id": assistant.name,
+            "input_schema": state_schema,
+            "output_schema": state_schema,
+            "state_schema": state_schema,
+            "config_schema": None,
+            "context_schema": None,
+        }
+    )
 
 
-@router.get("/{assistant_id}/graph")
-async def get_assistant_graph(
-    assistant_id: str, server: ServerDep, _: UserDep, xray: bool | int = False
-) -> dict[str, list[dict[str, Any]]]:
+@router.get("/{assistant_id}/graph", response_model=Graph)
+async def get_assistant_graph(assistant_id: str, server: ServerDep, _: UserDep, xray: bool | int = False) -> Response:
     """
     The assistant drawn as LangGraph draws an agent: ``__start__`` → ``model`` ⇄ ``tools`` → ``__end__`` (the
     model's edges are conditional: to the tools when it calls some, else to the end). ``tools`` is left out for an
@@ -109,14 +115,14 @@ async def get_assistant_graph(
         ]
     else:
         edges.append({"source": "model", "target": "__end__", "conditional": False})
-    return {"nodes": nodes, "edges": edges}
+    return json_answer({"nodes": nodes, "edges": edges})
 
 
-@router.get("/{assistant_id}/subgraphs")
-@router.get("/{assistant_id}/subgraphs/{namespace}")
+@router.get("/{assistant_id}/subgraphs", response_model=dict[str, GraphSchema])
+@router.get("/{assistant_id}/subgraphs/{namespace}", response_model=dict[str, GraphSchema])
 async def get_assistant_subgraphs(
     assistant_id: str, server: ServerDep, _: UserDep, namespace: str | None = None, recurse: bool = False
-) -> dict[str, Any]:
-    """An Agent has no subgraphs: ``{}``."""
+) -> Response:
+    """An Agent has no subgraphs: ``{}`` (a subgraph's schemas by its namespace)."""
     _assistant(server, assistant_id)
-    return {}
+    return json_answer({})

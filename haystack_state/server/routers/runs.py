@@ -35,6 +35,7 @@ from haystack_state.server.interrupts import pending_requests, resume_from_comma
 from haystack_state.server.live import Cursor, LiveRun, Sent, parse_event_id
 from haystack_state.server.models import RunCreate
 from haystack_state.server.records import Idempotency, RunRecord, ThreadRecord
+from haystack_state.server.responses import EVENT_STREAM, REFUSED, ErrorAnswer, Run, RunResult, json_answer
 from haystack_state.server.run_jobs import job_from_kwargs, new_run
 from haystack_state.server.sse import EventStream, frames
 from haystack_state.server.text import CallerDep
@@ -45,7 +46,7 @@ from haystack_state.state import State
 
 #: Each route takes ``CallerDep`` (the server and the user, the request's text checked), in place of the other
 #: routers' ``check_request`` dependency and ``ServerDep`` and ``UserDep``: one dependency instead of four.
-router = APIRouter(tags=["Runs"])
+router = APIRouter(tags=["Runs"], responses=REFUSED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +213,7 @@ def _cursor(last_event_id: str | None) -> Cursor | None:
 # --- runs on a thread ----------------------------------------------------------------------------------------------
 
 
-@router.post("/threads/{thread_id}/runs")
+@router.post("/threads/{thread_id}/runs", response_model=Run)
 async def create_run(
     thread_id: str, body: RunCreate, caller: CallerDep, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
@@ -226,7 +227,7 @@ async def create_run(
     return JSONResponse(run_view(run), headers=_locations(run, ""))
 
 
-@router.post("/threads/{thread_id}/runs/wait")
+@router.post("/threads/{thread_id}/runs/wait", response_model=RunResult)
 async def wait_run(
     thread_id: str, body: RunCreate, caller: CallerDep, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
@@ -241,7 +242,7 @@ async def wait_run(
     return JSONResponse(_final(*final), headers=_locations(run, "/join"))
 
 
-@router.post("/threads/{thread_id}/runs/stream")
+@router.post("/threads/{thread_id}/runs/stream", response_class=Response, responses=EVENT_STREAM)
 async def stream_run(
     thread_id: str, body: RunCreate, caller: CallerDep, idempotency_key: IdempotencyKey = None
 ) -> EventStream:
@@ -271,7 +272,7 @@ async def _runs_of(
     return await server.storage.list_runs(thread_id, user, limit=limit, offset=offset, status=status)
 
 
-@router.get("/threads/{thread_id}/runs", response_model=list[dict[str, Any]])
+@router.get("/threads/{thread_id}/runs", response_model=list[Run])
 async def list_runs(
     thread_id: str,
     caller: CallerDep,
@@ -285,22 +286,22 @@ async def list_runs(
     return JSONResponse([run_view(run) for run in runs])
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}", response_model=dict[str, Any])
+@router.get("/threads/{thread_id}/runs/{run_id}", response_model=Run)
 async def get_run(thread_id: str, run_id: str, caller: CallerDep) -> JSONResponse:
     """One run."""
     server, user = caller
     return JSONResponse(run_view(await _owned_run(server, thread_id, run_id, user)))
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}/join")
-async def join_run(thread_id: str, run_id: str, caller: CallerDep) -> Any:
+@router.get("/threads/{thread_id}/runs/{run_id}/join", response_model=RunResult)
+async def join_run(thread_id: str, run_id: str, caller: CallerDep) -> Response:
     """Wait for a run to end; answer the thread's values (``{"__error__": {...}}`` if it failed)."""
     server, user = caller
     run = await _owned_run(server, thread_id, run_id, user)
-    return _final(*await server.runs.wait(run))
+    return json_answer(_final(*await server.runs.wait(run)))
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}/stream")
+@router.get("/threads/{thread_id}/runs/{run_id}/stream", response_class=Response, responses=EVENT_STREAM)
 async def join_stream(
     thread_id: str,
     run_id: str,
@@ -368,8 +369,8 @@ async def _stateless(server: Server, body: RunCreate, user: str, *, streams: boo
     return await server.runs.run_stateless(job)
 
 
-@router.post("/runs/wait")
-async def wait_stateless(body: RunCreate, caller: CallerDep) -> Any:
+@router.post("/runs/wait", response_model=RunResult)
+async def wait_stateless(body: RunCreate, caller: CallerDep) -> Response:
     """Run without a thread and wait for the final values."""
     server, user = caller
     live = await _stateless(server, body, user, streams=False)
@@ -377,10 +378,10 @@ async def wait_stateless(body: RunCreate, caller: CallerDep) -> Any:
     async for event in live.follow():
         final = event
     assert final is not None
-    return _final(final[1], final[2])
+    return json_answer(_final(final[1], final[2]))
 
 
-@router.post("/runs/stream")
+@router.post("/runs/stream", response_class=Response, responses=EVENT_STREAM)
 async def stream_stateless(body: RunCreate, caller: CallerDep) -> EventStream:
     """Run without a thread and stream its events."""
     server, user = caller
@@ -388,7 +389,12 @@ async def stream_stateless(body: RunCreate, caller: CallerDep) -> EventStream:
     return EventStream(frames(live.run_id, live.follow_batches()))
 
 
-@router.post("/runs")
+@router.post(
+    "/runs",
+    status_code=422,
+    response_class=Response,
+    responses={422: {"model": ErrorAnswer, "description": "Always: a background run needs a thread."}},
+)
 async def create_stateless(body: RunCreate, _: CallerDep) -> None:
     """A background run needs a thread (to join it later)."""
     raise WireError("thread_id", "a background run needs a thread: POST /threads/{thread_id}/runs")

@@ -18,12 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from haystack_state.errors import StoreInputError
 from haystack_state.server.context import Server, ServerDep, UserDep
+from haystack_state.server.responses import REFUSED, ListNamespaceResponse, SearchItemsResponse, json_answer
+from haystack_state.server.responses import Item as ItemAnswer
 from haystack_state.server.stores import owned, unowned
 from haystack_state.server.text import check_request
 from haystack_state.store.base import Store
 from haystack_state.store.records import Item, check_key, check_namespace, check_prefix
 
-router = APIRouter(prefix="/store", tags=["Store"], dependencies=[Depends(check_request)])
+router = APIRouter(prefix="/store", tags=["Store"], dependencies=[Depends(check_request)], responses=REFUSED)
 
 
 class StorePut(BaseModel):
@@ -130,21 +132,21 @@ async def put_item(body: StorePut, server: ServerDep, user: UserDep) -> Response
     return Response(status_code=204)
 
 
-@router.get("/items")
+@router.get("/items", response_model=ItemAnswer)
 async def get_item(
     server: ServerDep,
     user: UserDep,
     key: str,
     namespace: Annotated[list[str] | None, Query()] = None,
     refresh_ttl: bool | None = None,
-) -> dict[str, Any]:
+) -> Response:
     """One item (404 if there is none for this user)."""
     store = _store(server)
     labels = _checked(_query_namespace(namespace), key)
     item = await store.aget(owned(user, labels), key, refresh_ttl=refresh_ttl is not False)
     if item is None:
         raise HTTPException(404, f"No item with key {key!r} in namespace {list(labels)!r}.")
-    return _view(user, item)
+    return json_answer(_view(user, item))
 
 
 @router.delete("/items", status_code=204)
@@ -157,8 +159,8 @@ async def delete_item(body: StoreDelete, server: ServerDep, user: UserDep) -> Re
     return Response(status_code=204)
 
 
-@router.post("/items/search")
-async def search_items(body: StoreSearch, server: ServerDep, user: UserDep) -> dict[str, Any]:
+@router.post("/items/search", response_model=SearchItemsResponse)
+async def search_items(body: StoreSearch, server: ServerDep, user: UserDep) -> Response:
     """The user's items under a namespace prefix, filtered, ranked by ``query`` and paged."""
     store = _store(server)
     try:
@@ -173,11 +175,11 @@ async def search_items(body: StoreSearch, server: ServerDep, user: UserDep) -> d
         )
     except StoreInputError as error:
         raise _unprocessable("filter" if "filter" in str(error) else "namespace_prefix", error) from None
-    return {"items": [_view(user, item) for item in found]}
+    return json_answer({"items": [_view(user, item) for item in found]})
 
 
-@router.post("/namespaces")
-async def list_namespaces(body: StoreNamespaces, server: ServerDep, user: UserDep) -> dict[str, Any]:
+@router.post("/namespaces", response_model=ListNamespaceResponse)
+async def list_namespaces(body: StoreNamespaces, server: ServerDep, user: UserDep) -> Response:
     """The user's namespaces, filtered by prefix and suffix, cut to ``max_depth``, paged."""
     store = _store(server)
     try:
@@ -191,7 +193,7 @@ async def list_namespaces(body: StoreNamespaces, server: ServerDep, user: UserDe
         )
     except StoreInputError as error:
         raise _unprocessable("suffix" if "suffix" in str(error) else "prefix", error) from None
-    return {"namespaces": [list(unowned(user, namespace)) for namespace in found]}
+    return json_answer({"namespaces": [list(unowned(user, namespace)) for namespace in found]})
 
 
 def unprocessable_response(error: FieldError) -> JSONResponse:

@@ -31,6 +31,7 @@ from haystack_state.server.models import (
     ThreadSearch,
 )
 from haystack_state.server.records import ThreadBusy, ThreadRecord
+from haystack_state.server.responses import REFUSED, Thread, ThreadState, ThreadUpdateStateResponse, json_answer
 from haystack_state.server.text import check_request
 from haystack_state.server.threads import (
     agent_of,
@@ -47,12 +48,12 @@ from haystack_state.server.wire import keys_named, values_from_wire
 
 logger = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/threads", tags=["Threads"], dependencies=[Depends(check_request)])
+router = APIRouter(prefix="/threads", tags=["Threads"], dependencies=[Depends(check_request)], responses=REFUSED)
 
 _STATE_FIELDS = {"values", "next", "tasks", "interrupts"}
 
 
-@router.post("", response_model=dict[str, Any])
+@router.post("", response_model=Thread)
 async def create_thread(body: ThreadCreate, server: ServerDep, user: UserDep) -> JSONResponse:
     """Create a thread (it gets its first checkpoint from its first run, or from ``update_state``)."""
     thread_id = body.thread_id or str(uuid.uuid4())
@@ -69,16 +70,21 @@ async def create_thread(body: ThreadCreate, server: ServerDep, user: UserDep) ->
 _SEARCH_FIELDS = {"metadata", "status", "ids", "limit", "offset", "sort_by", "sort_order"}
 
 
-@router.post("/search")
-def search_threads(body: ThreadSearch, server: ServerDep, user: UserDep) -> list[dict[str, Any]]:
-    """The user's threads matching the filters (metadata keys equal, status, ids), sorted and paged."""
+@router.post("/search", response_model=list[Thread])
+def search_threads(body: ThreadSearch, server: ServerDep, user: UserDep) -> Response:
+    """
+    The user's threads matching the filters (metadata keys equal, status, ids), sorted and paged; with ``select``,
+    only the fields it names.
+    """
     records = server.storage.search_threads(user, **body.model_dump(include=_SEARCH_FIELDS)).result()
     with_values = body.select is None or bool({"values", "interrupts"} & set(body.select))
     prompt = server.assistants.wire_system_prompt
-    return [
-        select(thread_view(r, _listed_head(server, r) if with_values else None, system_prompt=prompt), body.select)
-        for r in records
-    ]
+    return json_answer(
+        [
+            select(thread_view(r, _listed_head(server, r) if with_values else None, system_prompt=prompt), body.select)
+            for r in records
+        ]
+    )
 
 
 def _listed_head(server: Server, record: ThreadRecord) -> ThreadSnapshot | None:
@@ -97,13 +103,13 @@ def _listed_head(server: Server, record: ThreadRecord) -> ThreadSnapshot | None:
         return None
 
 
-@router.post("/count")
-def count_threads(body: ThreadCount, server: ServerDep, user: UserDep) -> int:
+@router.post("/count", response_model=int)
+def count_threads(body: ThreadCount, server: ServerDep, user: UserDep) -> Response:
     """How many of the user's threads match the filters."""
-    return server.storage.count_threads(user, metadata=body.metadata, status=body.status).result()
+    return json_answer(server.storage.count_threads(user, metadata=body.metadata, status=body.status).result())
 
 
-@router.get("/{thread_id}", response_model=dict[str, Any])
+@router.get("/{thread_id}", response_model=Thread)
 async def get_thread(thread_id: str, server: ServerDep, user: UserDep) -> JSONResponse:
     """One thread, with its values and interrupts."""
     record = await owned_thread_async(server, thread_id, user)
@@ -111,13 +117,13 @@ async def get_thread(thread_id: str, server: ServerDep, user: UserDep) -> JSONRe
     return JSONResponse(thread_view(record, snapshot, system_prompt=server.assistants.wire_system_prompt))
 
 
-@router.patch("/{thread_id}")
-def patch_thread(thread_id: str, body: ThreadPatch, server: ServerDep, user: UserDep) -> dict[str, Any]:
+@router.patch("/{thread_id}", response_model=Thread)
+def patch_thread(thread_id: str, body: ThreadPatch, server: ServerDep, user: UserDep) -> Response:
     """Merge metadata into a thread."""
     owned_thread(server, thread_id, user)
     server.storage.update_thread(thread_id, metadata=body.metadata).result()
     record = owned_thread(server, thread_id, user)
-    return thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt)
+    return json_answer(thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt))
 
 
 @router.delete("/{thread_id}", status_code=204)
@@ -131,8 +137,8 @@ def delete_thread(thread_id: str, server: ServerDep, user: UserDep) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/{thread_id}/copy")
-def copy_thread(thread_id: str, server: ServerDep, user: UserDep) -> dict[str, Any]:
+@router.post("/{thread_id}/copy", response_model=Thread)
+def copy_thread(thread_id: str, server: ServerDep, user: UserDep) -> Response:
     """A new thread of the user's, with the same metadata and the same state (one checkpoint; not the history)."""
     source = owned_thread(server, thread_id, user)
     snapshot = head(server, source)
@@ -145,7 +151,7 @@ def copy_thread(thread_id: str, server: ServerDep, user: UserDep) -> dict[str, A
             new_id, status=outcome_status(snapshot), assistant_id=source.assistant_id or None
         ).result()
     record = owned_thread(server, new_id, user)
-    return thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt)
+    return json_answer(thread_view(record, head(server, record), system_prompt=server.assistants.wire_system_prompt))
 
 
 def _state(server: ServerDep, thread_id: str, user: str, checkpoint_id: str | None) -> dict[str, Any]:
@@ -165,19 +171,19 @@ def _state(server: ServerDep, thread_id: str, user: str, checkpoint_id: str | No
     return state_view(agent.get_state(thread_id, checkpoint_id), system_prompt=server.assistants.wire_system_prompt)
 
 
-@router.get("/{thread_id}/state")
+@router.get("/{thread_id}/state", response_model=ThreadState)
 def get_state(
     thread_id: str,
     server: ServerDep,
     user: UserDep,
     subgraphs: bool = False,
     select_fields: Annotated[list[str] | None, Query(alias="select")] = None,
-) -> dict[str, Any]:
-    """The thread's state at its head."""
-    return select(_state(server, thread_id, user, None), select_fields)
+) -> Response:
+    """The thread's state at its head (with ``select``, only the fields it names)."""
+    return json_answer(select(_state(server, thread_id, user, None), select_fields))
 
 
-@router.get("/{thread_id}/state/{checkpoint_id}")
+@router.get("/{thread_id}/state/{checkpoint_id}", response_model=ThreadState)
 def get_state_at(
     thread_id: str,
     checkpoint_id: str,
@@ -185,19 +191,19 @@ def get_state_at(
     user: UserDep,
     subgraphs: bool = False,
     select_fields: Annotated[list[str] | None, Query(alias="select")] = None,
-) -> dict[str, Any]:
-    """The thread's state at one of its checkpoints."""
-    return select(_state(server, thread_id, user, checkpoint_id), select_fields)
+) -> Response:
+    """The thread's state at one of its checkpoints (with ``select``, only the fields it names)."""
+    return json_answer(select(_state(server, thread_id, user, checkpoint_id), select_fields))
 
 
-@router.post("/{thread_id}/state/checkpoint")
-def post_state_at(thread_id: str, body: StateAtCheckpoint, server: ServerDep, user: UserDep) -> dict[str, Any]:
-    """The thread's state at a checkpoint given in the body."""
-    return select(_state(server, thread_id, user, body.checkpoint.checkpoint_id), body.select)
+@router.post("/{thread_id}/state/checkpoint", response_model=ThreadState)
+def post_state_at(thread_id: str, body: StateAtCheckpoint, server: ServerDep, user: UserDep) -> Response:
+    """The thread's state at a checkpoint given in the body (with ``select``, only the fields it names)."""
+    return json_answer(select(_state(server, thread_id, user, body.checkpoint.checkpoint_id), body.select))
 
 
-@router.post("/{thread_id}/state")
-def update_state(thread_id: str, body: StateUpdate, server: ServerDep, user: UserDep) -> dict[str, Any]:
+@router.post("/{thread_id}/state", response_model=ThreadUpdateStateResponse)
+def update_state(thread_id: str, body: StateUpdate, server: ServerDep, user: UserDep) -> Response:
     """
     A human edit of the thread's state, recorded as a checkpoint (values go through their keys' handlers: messages
     are appended). Refused while a run is pending or running (409); ``as_node`` is ignored.
@@ -219,7 +225,7 @@ def update_state(thread_id: str, body: StateUpdate, server: ServerDep, user: Use
     with keys_named("values"):
         meta = seed_thread(agent, thread_id, values) if snapshot is None else agent.update_state(thread_id, values)
     server.storage.update_thread(thread_id, status=outcome_status(agent.get_state(thread_id))).result()
-    return {"checkpoint": checkpoint_ref(thread_id, meta.checkpoint_id)}
+    return json_answer({"checkpoint": checkpoint_ref(thread_id, meta.checkpoint_id)})
 
 
 def _history(server: ServerDep, thread_id: str, user: str, body: HistoryRequest) -> list[dict[str, Any]]:
@@ -248,15 +254,18 @@ def _history(server: ServerDep, thread_id: str, user: str, body: HistoryRequest)
     ]
 
 
-@router.post("/{thread_id}/history")
-def post_history(thread_id: str, body: HistoryRequest, server: ServerDep, user: UserDep) -> list[dict[str, Any]]:
-    """The thread's checkpoints (every branch), newest first: ``limit`` of them, starting after ``before``."""
-    return _history(server, thread_id, user, body)
+@router.post("/{thread_id}/history", response_model=list[ThreadState])
+def post_history(thread_id: str, body: HistoryRequest, server: ServerDep, user: UserDep) -> Response:
+    """
+    The thread's checkpoints (every branch), newest first: ``limit`` of them, starting after ``before``; with
+    ``select``, only the fields it names.
+    """
+    return json_answer(_history(server, thread_id, user, body))
 
 
-@router.get("/{thread_id}/history")
+@router.get("/{thread_id}/history", response_model=list[ThreadState])
 def get_history(
     thread_id: str, server: ServerDep, user: UserDep, limit: int = Query(10, ge=1, le=1000), before: str | None = None
-) -> list[dict[str, Any]]:
+) -> Response:
     """The thread's checkpoints, newest first (query parameters ``limit`` and ``before``)."""
-    return _history(server, thread_id, user, HistoryRequest(limit=limit, before=before))
+    return json_answer(_history(server, thread_id, user, HistoryRequest(limit=limit, before=before)))
