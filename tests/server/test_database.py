@@ -153,6 +153,31 @@ def test_a_read_survives_postgresql_dropping_the_loops_connections(postgres_dsn:
         storage.close()
 
 
+@pytest.mark.postgres
+def test_a_work_cancelled_mid_statement_leaves_no_busy_connection_behind(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    database = PostgresDatabase(postgres_dsn, schema=postgres_schema, max_connections=1)
+    storage = ServerStorage(database)
+    try:
+
+        async def main() -> Any:
+            slow = asyncio.ensure_future(_awaited(database.read("SELECT pg_sleep(30)")))
+            await asyncio.sleep(0.5)  # the statement is running on the loop's only connection
+            slow.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await slow
+            rows = await asyncio.wait_for(_awaited(database.read("SELECT 1")), timeout=10)
+            found = await storage.create_thread("t-1", "me", {})
+            await database.aclose_loop()
+            return rows, found
+
+        rows, found = asyncio.run(main())
+        assert rows == [(1,)] and found is not None
+    finally:
+        storage.close()
+
+
 def test_an_operation_that_is_not_the_tables_is_refused_by_name(tmp_path: Any) -> None:
     storage = ServerStorage(SQLiteDatabase(str(tmp_path / "server.db")))
     try:
