@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from haystack import tracing
 from haystack.components.agents import Agent as HaystackAgent
 from haystack.components.agents.state import State as HaystackState
 from haystack.dataclasses import ChatMessage
 from haystack.hooks import hook
 from haystack.tools import tool as haystack_tool
-from haystack_integrations.tracing.opentelemetry import OpenTelemetryTracer
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -44,20 +40,6 @@ HOOKS = {point: [noop] for point in ("before_run", "before_llm", "before_tool", 
 
 def script() -> list[Any]:
     return [[("lookup", {"query": "a"})], [("lookup", {"query": "b"})], "done"]
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exported = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exported))
-    tracing.enable_tracing(OpenTelemetryTracer(provider.get_tracer("test")))
-    tracing.tracer.is_content_tracing_enabled = True
-    try:
-        yield exported
-    finally:
-        tracing.disable_tracing()
-        tracing.tracer.is_content_tracing_enabled = False
 
 
 def names(spans: tuple[ReadableSpan, ...]) -> Counter[str]:

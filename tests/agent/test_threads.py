@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from haystack.dataclasses import ChatMessage
 from haystack.tools import Tool
+from persistence.harness import branch
 from without_ids import without_ids
 from workers import harness
 from workers.thread_worker import SCHEMA, build_agent, policy
@@ -51,17 +52,6 @@ TOOL_KEYS = {"messages", "notes", "scratch", "count"}
 
 def user(text: str) -> list[ChatMessage]:
     return [ChatMessage.from_user(text)]
-
-
-def chain(cp: Checkpointer, thread_id: str) -> list[Any]:
-    """The checkpoints from the thread's root to its head, oldest first (the current branch)."""
-    by_id = {meta.checkpoint_id: meta for meta in cp.history(thread_id)}
-    current: str | None = cp.head(thread_id)
-    result = []
-    while current is not None:
-        result.append(by_id[current])
-        current = by_id[current].parent_id
-    return result[::-1]
 
 
 def texts(values: dict[str, Any]) -> list[str]:
@@ -136,7 +126,7 @@ def test_inputs_are_written_through_the_handlers(store: Harness) -> None:
     assert result["notes"] == ["alpha-1", "from input"]  # merge_lists appends to what the thread holds
     assert result["count"] == 11  # add
     assert result["scratch"] == ["s"]  # run scope: reset first, then the input
-    input_checkpoint = chain(cp, "t")[-2]
+    input_checkpoint = branch(cp, "t")[-2]
     assert input_checkpoint.source == "input"
     assert set(input_checkpoint.changed_keys) == {"messages", "notes", "count", "scratch"}
 
@@ -146,7 +136,7 @@ def test_a_run_that_changes_nothing_new_commits_no_input_checkpoint(store: Harne
     agent = Agent(ScriptedChatGenerator(script=["one", "two"]), state_schema=SCHEMA, checkpointer=cp)
     agent.run(user("hi"), thread_id="t")
     agent.run([], thread_id="t")  # nothing new: scratch and topic already hold their defaults
-    assert [m.source for m in chain(cp, "t")] == ["input", "model", "model"]
+    assert [m.source for m in branch(cp, "t")] == ["input", "model", "model"]
 
 
 # --- checkpoints per step -----------------------------------------------------------------------------------
@@ -196,7 +186,7 @@ def test_get_state_at_an_old_checkpoint_is_the_state_as_it_was_then(store: Harne
     agent = build_agent(cp, hooks={"after_tool": remember})
     agent.run(user("alpha:3"), thread_id="t")
     agent.run(user("beta:1"), thread_id="t")
-    tools_checkpoints = [m for m in chain(cp, "t") if m.source == "tools"]
+    tools_checkpoints = [m for m in branch(cp, "t") if m.source == "tools"]
     assert len(tools_checkpoints) == len(seen) == 4
     for meta, values in zip(tools_checkpoints, seen.values(), strict=True):
         snapshot = agent.get_state("t", checkpoint_id=meta.checkpoint_id)
@@ -204,7 +194,7 @@ def test_get_state_at_an_old_checkpoint_is_the_state_as_it_was_then(store: Harne
         assert snapshot.checkpoint == meta
         assert snapshot.pending_tool_calls == []
         assert not snapshot.interrupted
-    first_model = chain(cp, "t")[1]
+    first_model = branch(cp, "t")[1]
     assert "notes" not in agent.get_state("t", first_model.checkpoint_id).values  # no default, not written yet
     assert [c.id for c in agent.get_state("t", first_model.checkpoint_id).pending_tool_calls] == ["c1-0"]
 
@@ -216,12 +206,12 @@ def test_a_run_from_a_past_checkpoint_forks_and_leaves_the_old_branch_untouched(
     fork_point = agent.run(user("alpha:1"), thread_id="t")["checkpoint_id"]
     old_head = agent.run(user("beta:1"), thread_id="t")["checkpoint_id"]
     old_values = agent.get_state("t").values
-    old_branch = [m.checkpoint_id for m in chain(cp, "t")]
+    old_branch = [m.checkpoint_id for m in branch(cp, "t")]
 
     forked = agent.run(user("gamma:1"), thread_id="t", checkpoint_id=fork_point)
     assert forked["notes"] == ["alpha-1", "gamma-1"]
     assert cp.head("t") == forked["checkpoint_id"] != old_head
-    new_branch = chain(cp, "t")
+    new_branch = branch(cp, "t")
     assert [m.checkpoint_id for m in new_branch[:4]] == old_branch[:4]  # up to the fork point
     assert new_branch[4].parent_id == fork_point
     assert new_branch[4].step == 2  # steps continue from the fork point
@@ -335,7 +325,7 @@ def test_hooks_that_change_the_state_after_the_last_reply_commit_an_update(store
 
     agent = build_agent(cp, hooks={"after_run": after_run, "on_exit": on_exit})
     result = agent.run(user("alpha:1"), thread_id="t")
-    head = chain(cp, "t")[-1]
+    head = branch(cp, "t")[-1]
     assert head.source == "update"
     assert set(head.changed_keys) == {"notes", "count"}
     assert head.checkpoint_id == result["checkpoint_id"]
@@ -348,7 +338,7 @@ def test_hooks_that_change_nothing_commit_nothing(store: Harness) -> None:
     cp = store.make()
     agent = build_agent(cp, hooks={"after_run": lambda state: None})
     agent.run(user("alpha:1"), thread_id="t")
-    assert chain(cp, "t")[-1].source == "model"
+    assert branch(cp, "t")[-1].source == "model"
 
 
 # --- storage --------------------------------------------------------------------------------------------------
@@ -407,7 +397,7 @@ def test_an_unregistered_class_in_the_state_fails_the_commit_naming_the_key(stor
         agent.run(user("invoice please"), thread_id="t")
     assert "register_type" in str(raised.value)
     # Nothing of the failed commit was written: the head is the model reply, whose call is still pending.
-    assert [m.source for m in chain(cp, "t")] == ["input", "model"]
+    assert [m.source for m in branch(cp, "t")] == ["input", "model"]
     snapshot = agent.get_state("t")
     assert "invoice" not in snapshot.values
     assert [c.tool_name for c in snapshot.pending_tool_calls] == ["make_invoice"]
@@ -416,7 +406,7 @@ def test_an_unregistered_class_in_the_state_fails_the_commit_naming_the_key(stor
     result = agent.run([], thread_id="t")  # finishes the pending call, then the model answers
     assert result["exit_reason"] == "text"
     assert agent.get_state("t").values["invoice"] == Invoice(7)
-    assert [m.source for m in chain(cp, "t")] == ["input", "model", "tools", "model"]
+    assert [m.source for m in branch(cp, "t")] == ["input", "model", "tools", "model"]
 
 
 # --- concurrency ------------------------------------------------------------------------------------------

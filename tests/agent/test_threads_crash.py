@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from haystack.dataclasses import ChatMessage
+from persistence.harness import branch, shape
 from without_ids import without_ids
 from workers import harness, thread_worker
 from workers.harness import Worker, store_spec, wait_for_leases
@@ -21,7 +22,7 @@ from workers.thread_worker import build_agent
 
 from haystack_state import AgentRunError, CodecError, State, ToolExecutionError
 from haystack_state.errors import ThreadBusyError
-from haystack_state.persistence import Checkpointer, InMemoryCheckpointer
+from haystack_state.persistence import InMemoryCheckpointer
 
 store = harness.store
 persistent_store = harness.persistent_store
@@ -38,21 +39,6 @@ def no_leftover_failures() -> Iterator[None]:
 
 def user(text: str) -> list[ChatMessage]:
     return [ChatMessage.from_user(text)]
-
-
-def branch(cp: Checkpointer, thread_id: str) -> list[Any]:
-    """The checkpoints from the thread's root to its head, oldest first."""
-    by_id = {meta.checkpoint_id: meta for meta in cp.history(thread_id)}
-    current: str | None = cp.head(thread_id)
-    result = []
-    while current is not None:
-        result.append(by_id[current])
-        current = by_id[current].parent_id
-    return result[::-1]
-
-
-def shape(cp: Checkpointer, thread_id: str) -> list[tuple[str, int, tuple[str, ...], tuple[str, ...]]]:
-    return [(m.source, m.step, m.tool_names, m.changed_keys) for m in branch(cp, thread_id)]
 
 
 def reference(task: str, **inputs: Any) -> tuple[dict[str, Any], list[Any]]:

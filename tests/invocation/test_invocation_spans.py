@@ -17,7 +17,6 @@ import pytest
 from haystack import tracing
 from haystack.dataclasses import ChatMessage, ToolCall
 from haystack.tracing.tracer import Span, Tracer
-from haystack_integrations.tracing.opentelemetry import OpenTelemetryTracer
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -49,20 +48,6 @@ async def fetch(url: str) -> str:
 def calls(*specs: tuple[str, dict[str, Any]]) -> list[ChatMessage]:
     tool_calls = [ToolCall(tool_name=name, arguments=args, id=f"c{i}") for i, (name, args) in enumerate(specs)]
     return [ChatMessage.from_assistant(tool_calls=tool_calls)]
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exported = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exported))
-    tracing.enable_tracing(OpenTelemetryTracer(provider.get_tracer("test")))
-    tracing.tracer.is_content_tracing_enabled = True
-    try:
-        yield exported
-    finally:
-        tracing.disable_tracing()
-        tracing.tracer.is_content_tracing_enabled = False
 
 
 def test_each_call_gets_a_span_with_haystacks_tags_as_siblings_under_the_current_span(

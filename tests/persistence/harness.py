@@ -206,3 +206,19 @@ def postgres_schema(postgres_dsn: str) -> Iterator[str]:
     yield name
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def branch(cp: Checkpointer, thread_id: str) -> list[Any]:
+    """The checkpoints from the thread's root to its head, oldest first."""
+    by_id = {meta.checkpoint_id: meta for meta in cp.history(thread_id)}
+    current: str | None = cp.head(thread_id)
+    result = []
+    while current is not None:
+        result.append(by_id[current])
+        current = by_id[current].parent_id
+    return result[::-1]
+
+
+def shape(cp: Checkpointer, thread_id: str) -> list[tuple[str, int, tuple[str, ...], tuple[str, ...]]]:
+    """What each checkpoint of the thread's branch records: source, step, tools, changed keys."""
+    return [(m.source, m.step, m.tool_names, m.changed_keys) for m in branch(cp, thread_id)]

@@ -36,14 +36,14 @@ from typing import Any
 
 import pytest
 from haystack.dataclasses import ChatMessage
-from persistence.harness import Harness, PostgresHarness
+from persistence.harness import Harness, PostgresHarness, branch, shape
 from without_ids import without_ids
 from workers import harness
 from workers.harness import store_spec, wait_for_leases
 from workers.thread_worker import build_agent
 
 from haystack_state.persistence import Checkpointer, InMemoryCheckpointer
-from reliability.common import branch, env_count, shape
+from reliability.common import env_count
 from reliability.forkserver import ForkServer, wait_for_file
 
 DEFAULT_RUNS = 12

@@ -22,14 +22,14 @@ from typing import Any
 
 import pytest
 from haystack.dataclasses import ChatMessage
-from persistence.harness import Harness
+from persistence.harness import Harness, branch
 from workers import harness
 from workers.harness import store_spec
 
 from haystack_state import Agent, ThreadBusyError, ThreadConflictError, tool
 from haystack_state.persistence import Checkpointer, SQLiteCheckpointer
 from haystack_state.testing import ScriptedChatGenerator
-from reliability.common import branch, env_count
+from reliability.common import env_count
 from reliability.forkserver import ForkServer, wait_for_file
 from reliability.load_worker import thread_name
 
