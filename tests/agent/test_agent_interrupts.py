@@ -17,18 +17,12 @@ from typing import Any
 
 import pytest
 from haystack.dataclasses import ChatMessage
-from workers import harness
 from workers.harness import TESTS_DIR, Harness, PostgresHarness, SQLiteHarness
 
 from haystack_state import Agent, InMemoryCheckpointer, RunContext, State, interrupt, tool
 from haystack_state.agent.events import Interrupted, ToolCallFinished, ToolCallStarted
 from haystack_state.cli import main
 from haystack_state.testing import ScriptedChatGenerator
-
-persistent_store = harness.persistent_store
-store = harness.store
-postgres_dsn = harness.postgres_dsn
-postgres_schema = harness.postgres_schema
 
 SCHEMA: dict[str, Any] = {"log": {"type": list[str]}, "notes": {"type": list[str]}}
 

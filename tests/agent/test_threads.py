@@ -22,7 +22,7 @@ from haystack.dataclasses import ChatMessage
 from haystack.tools import Tool
 from persistence.harness import branch
 from without_ids import without_ids
-from workers import harness
+from workers.harness import Harness
 from workers.thread_worker import SCHEMA, build_agent, policy
 
 from haystack_state import (
@@ -41,11 +41,6 @@ from haystack_state import (
 from haystack_state.agent.history import CheckpointHistory
 from haystack_state.persistence import Checkpointer, InMemoryCheckpointer, dumps, register_type
 from haystack_state.testing import ScriptedChatGenerator
-
-store = harness.store
-postgres_dsn = harness.postgres_dsn
-postgres_schema = harness.postgres_schema
-Harness = harness.Harness
 
 TOOL_KEYS = {"messages", "notes", "scratch", "count"}
 

@@ -16,19 +16,13 @@ import pytest
 from haystack.dataclasses import ChatMessage
 from persistence.harness import branch, shape
 from without_ids import without_ids
-from workers import harness, thread_worker
-from workers.harness import Worker, store_spec, wait_for_leases
+from workers import thread_worker
+from workers.harness import Harness, Worker, store_spec, wait_for_leases
 from workers.thread_worker import build_agent
 
 from haystack_state import AgentRunError, CodecError, State, ToolExecutionError
 from haystack_state.errors import ThreadBusyError
 from haystack_state.persistence import InMemoryCheckpointer
-
-store = harness.store
-persistent_store = harness.persistent_store
-postgres_dsn = harness.postgres_dsn
-postgres_schema = harness.postgres_schema
-Harness = harness.Harness
 
 
 @pytest.fixture(autouse=True)

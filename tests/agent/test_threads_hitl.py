@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from haystack.dataclasses import ChatMessage
 from without_ids import without_ids
-from workers import harness
-from workers.harness import Worker, store_spec
+from workers.harness import Harness, Worker, store_spec
 from workers.thread_worker import SCHEMA as WORKER_SCHEMA
 from workers.thread_worker import build_agent
 
@@ -23,12 +22,6 @@ from haystack_state import Agent, State, ThreadNotFoundError, tool
 from haystack_state.agent.continuation import REJECTED
 from haystack_state.persistence import Checkpointer, InMemoryCheckpointer
 from haystack_state.testing import ScriptedChatGenerator
-
-store = harness.store
-persistent_store = harness.persistent_store
-postgres_dsn = harness.postgres_dsn
-postgres_schema = harness.postgres_schema
-Harness = harness.Harness
 
 
 def user(text: str) -> list[ChatMessage]:

@@ -13,17 +13,10 @@ from pathlib import Path
 
 import pytest
 from haystack.dataclasses import ChatMessage
-from workers import harness
-from workers.harness import Worker, store_spec, wait_for_leases
+from workers.harness import Harness, Worker, store_spec, wait_for_leases
 from workers.thread_worker import WORKER_LEASE_TTL, build_agent
 
 from haystack_state.errors import ThreadBusyError
-
-persistent_store = harness.persistent_store
-store = harness.store
-postgres_dsn = harness.postgres_dsn
-postgres_schema = harness.postgres_schema
-Harness = harness.Harness
 
 
 @pytest.mark.slow

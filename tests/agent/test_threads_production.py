@@ -8,15 +8,10 @@ from typing import Any
 
 import pytest
 from haystack.dataclasses import ChatMessage
-from workers import harness
+from workers.harness import Harness
 
 from haystack_state import Agent, AgentRunError, add, tool
 from haystack_state.testing import ScriptedChatGenerator
-
-store = harness.store
-postgres_dsn = harness.postgres_dsn
-postgres_schema = harness.postgres_schema
-Harness = harness.Harness
 
 
 def user(text: str) -> list[ChatMessage]:

@@ -12,18 +12,12 @@ from typing import Any
 
 import pytest
 from haystack.dataclasses import ChatMessage
-from workers import harness, thread_worker
-from workers.harness import Worker, store_spec, wait_for_leases
+from workers import thread_worker
+from workers.harness import Harness, Worker, store_spec, wait_for_leases
 from workers.thread_worker import build_agent
 
 from haystack_state import Agent, ThreadBusyError, ToolExecutionError
 from haystack_state.persistence import Checkpointer
-
-store = harness.store
-persistent_store = harness.persistent_store
-postgres_dsn = harness.postgres_dsn
-postgres_schema = harness.postgres_schema
-Harness = harness.Harness
 
 
 def user(text: str) -> list[ChatMessage]:
