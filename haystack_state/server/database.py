@@ -145,25 +145,11 @@ class Database(abc.ABC):
 
     def execute(self, work: Work[T]) -> T:
         """Run a work, blocking the calling thread."""
-        try:
-            return self._execute(work)
-        except UniqueViolation:
-            if work.on_unique is not None:
-                return work.on_unique()
-            if not work.again_on_unique:
-                raise
-        return self._execute(work)
+        return run_flow(_attempts(work), self._execute)
 
     async def aexecute(self, work: Work[T]) -> T:
         """Run a work for the event loop (see the module docstring: where each backend runs it)."""
-        try:
-            return await self._aexecute(work)
-        except UniqueViolation:
-            if work.on_unique is not None:
-                return work.on_unique()
-            if not work.again_on_unique:
-                raise
-        return await self._aexecute(work)
+        return await run_flow_async(_attempts(work), self._aexecute)
 
     @abc.abstractmethod
     def _execute(self, work: Work[T]) -> T:
@@ -374,6 +360,23 @@ class PostgresDatabase(Database):
     def close(self) -> None:
         self._loops.finish()
         self._pool.close()
+
+
+def _attempts(work: Work[T]) -> Flow[T]:
+    """
+    The attempts of a work, as a flow whose operation is one attempt (the backend runs it): a second one if a unique
+    index refused the first and the work says to try again (``again_on_unique``), or ``on_unique``'s value instead.
+    """
+    try:
+        first: T = yield work
+        return first
+    except UniqueViolation:
+        if work.on_unique is not None:
+            return work.on_unique()
+        if not work.again_on_unique:
+            raise
+    second: T = yield work
+    return second
 
 
 def _rows(query: str, params: Mapping[str, Any] | None) -> Flow[list[Row]]:
