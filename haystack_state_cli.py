@@ -6,7 +6,7 @@ library alone. A command's modules (haystack-state's, and so haystack's) are imp
 it is the one place that imports lazily.
 
 The commands run in :mod:`haystack_state.cli` (``demo``, ``threads``, ``show``, ``history``, ``diff``, ``log``,
-``delete``, ``prune``), :mod:`haystack_state.store.cli` (``store``) and :mod:`haystack_state.server.cli` (``serve``,
+``delete``, ``prune``), :mod:`haystack_state.store._cli` (``store``) and :mod:`haystack_state.server.cli` (``serve``,
 whose options that module declares: the command line is handed to it as it is).
 
 ``--json`` (anywhere on the line) prints JSON on stdout and nothing else; ``--version`` prints the version. Bad

@@ -80,7 +80,7 @@ from haystack.dataclasses import ChatMessage, ToolCall
 
 from haystack_state import Agent, thaw, tool
 from haystack_state.persistence import SQLiteCheckpointer, ops
-from haystack_state.persistence.chain import paused_gc
+from haystack_state.persistence._chain import paused_gc
 from haystack_state.persistence.delta import extend, new_checkpoint_id, utc_now
 from haystack_state.persistence.records import StoredCheckpoint
 

@@ -4,7 +4,10 @@ from typing import TYPE_CHECKING, Any
 
 from haystack.core.serialization import allow_deserialization_module
 
+from haystack_state._display import StateDiff
 from haystack_state.agent import Agent, Approve, Decision, Edit, InterruptRequest, Reject
+from haystack_state.agent._history import CheckpointHistory
+from haystack_state.agent._session import ThreadSnapshot
 from haystack_state.agent.context import (
     ComposePolicies,
     ContextPlan,
@@ -16,9 +19,6 @@ from haystack_state.agent.context import (
     Summarize,
     TokenBudget,
 )
-from haystack_state.agent.history import CheckpointHistory
-from haystack_state.agent.session import ThreadSnapshot
-from haystack_state.display import StateDiff
 from haystack_state.errors import (
     AgentRunError,
     CheckpointError,
@@ -68,7 +68,7 @@ from haystack_state.runtime import RunContext
 from haystack_state.state import StagedState, State
 from haystack_state.store import InMemoryStore, Item, SQLiteStore, Store
 from haystack_state.tools import ComponentTool, FunctionTool, ToolSpec, tool, tool_spec, tool_specs
-from haystack_state.tools.haystack_compat import recognize_our_state
+from haystack_state.tools._haystack_compat import recognize_our_state
 from haystack_state.values import FrozenDict, FrozenList, thaw
 
 if TYPE_CHECKING:

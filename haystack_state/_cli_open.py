@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from haystack_state._cli_text import command_line
-from haystack_state.db.sqlite import connect_read_only
+from haystack_state._db.sqlite import connect_read_only
 from haystack_state.errors import CheckpointError, CheckpointNotFoundError, StoreError, ThreadNotFoundError
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.records import CheckpointMeta
@@ -243,8 +243,8 @@ def _check_schema(target: str, schema: str, table: str, what: str, hint: str = "
     """The schema must exist and hold ``table``; else say so, naming the schemas that hold it. Writes nothing."""
     import psycopg
 
-    from haystack_state.db.migrations import postgres_schemas_with
-    from haystack_state.db.postgres import read_only_conninfo
+    from haystack_state._db.migrations import postgres_schemas_with
+    from haystack_state._db.postgres import read_only_conninfo
 
     try:
         with psycopg.connect(read_only_conninfo(target), autocommit=True, connect_timeout=10) as conn:

@@ -26,9 +26,9 @@ from haystack_state._cli_text import (
     time_text,
     type_name,
 )
+from haystack_state._display import summarize
 from haystack_state._transcript import is_conversation, transcript_json, transcript_lines
-from haystack_state.agent.session import pending_tool_calls
-from haystack_state.display import summarize
+from haystack_state.agent._session import pending_tool_calls
 from haystack_state.persistence.records import CheckpointMeta
 from haystack_state.state import State
 

@@ -2,7 +2,7 @@
 A State in haystack-ai's ``to_dict`` format: ``{"schema": ..., "data": ...}``, written and read back.
 
 Kept apart from :mod:`haystack_state.state` because it is a format, not a behaviour of the State: the schema goes
-through :mod:`haystack_state.schema`, each value through haystack's ``_serialize_value_with_schema``. Durable threads
+through :mod:`haystack_state._schema`, each value through haystack's ``_serialize_value_with_schema``. Durable threads
 do not use it (checkpoints have their own codec, :mod:`haystack_state.persistence.codec`).
 """
 
@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 from haystack import logging
 from haystack.utils import _deserialize_value_with_schema, _serialize_value_with_schema
 
+from haystack_state._schema import FieldSpec, schema_from_dict, schema_to_dict
+from haystack_state._typecheck import type_check
 from haystack_state.errors import StateSchemaError, StateSerializationError, StateTypeError, UnknownStateKeyError
-from haystack_state.schema import FieldSpec, schema_from_dict, schema_to_dict
-from haystack_state.typecheck import type_check
 
 __all__ = ["state_from_dict", "state_to_dict"]
 

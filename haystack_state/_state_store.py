@@ -16,9 +16,9 @@ from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from haystack_state._schema import FieldSpec, same_handler
 from haystack_state.errors import ReadOnlyStateKeyError, StateHandlerError, UnknownStateKeyError, UnstorableValueError
 from haystack_state.handlers import RESET, merge_lists, replace_values
-from haystack_state.schema import FieldSpec, same_handler
 from haystack_state.values import SHAREABLE, FrozenList, freeze, needs_copy_on_read, read
 
 __all__ = ["Delta", "Handler", "StateStore", "Write"]

@@ -14,7 +14,7 @@ from typing import Any
 from haystack.dataclasses import ChatMessage, ToolCall, ToolCallResult
 
 from haystack_state._cli_text import WIDTH, jsonable, plural, shorten
-from haystack_state.agent.message_ids import message_id, stored_id
+from haystack_state.agent._message_ids import message_id, stored_id
 
 __all__ = ["is_conversation", "transcript_json", "transcript_lines"]
 

@@ -10,7 +10,7 @@ answers at once); :func:`main` here runs the same command line.
   database; they never write nor create anything (a file, a schema, a table, a ``-wal`` file), and read a read-only
   file or a file in a read-only directory (see :mod:`haystack_state._cli_open`);
 - ``delete`` (asks first, unless ``--yes``) and ``prune``: change a database; a read-only one is an error saying so;
-- ``store ...``: a long-term memory store (see :mod:`haystack_state.store.cli`); ``serve``: see
+- ``store ...``: a long-term memory store (see :mod:`haystack_state.store._cli`); ``serve``: see
   :mod:`haystack_state.server.cli`.
 
 A problem (a missing file, an unknown thread or checkpoint) is one line on stderr naming the file, schema, thread or
@@ -57,7 +57,7 @@ from haystack_state._cli_text import (
 from haystack_state.demo import DemoResult, describe_change, item_summary, run_demo
 from haystack_state.errors import HaystackStateError
 from haystack_state.persistence.records import ThreadInfo
-from haystack_state.store import cli as store_cli
+from haystack_state.store import _cli as store_cli
 
 __all__ = ["CliError", "build_parser", "main", "run_command", "short_ids"]
 

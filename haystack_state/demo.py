@@ -17,8 +17,8 @@ from haystack.dataclasses import ChatMessage
 from haystack.tools.tool import Tool
 
 from haystack_state._cli_text import plural
+from haystack_state._display import summarize
 from haystack_state.agent import Agent
-from haystack_state.display import summarize
 from haystack_state.handlers import unique
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.state import State

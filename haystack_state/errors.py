@@ -15,7 +15,7 @@ from haystack.components.agents.tool_calling import ToolNotFoundException as Hay
 from haystack.tools.errors import SchemaGenerationError
 from haystack.tools.errors import ToolInvocationError as HaystackToolInvocationError
 
-from haystack_state.text import find_bad_text, shown
+from haystack_state._text import find_bad_text, shown
 
 
 class HaystackStateError(Exception):

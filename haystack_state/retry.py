@@ -21,8 +21,8 @@ from typing import Any
 from haystack import logging
 from haystack.utils import deserialize_callable, serialize_callable
 
+from haystack_state._text import replace_surrogates
 from haystack_state.errors import ToolTimeoutError
-from haystack_state.text import replace_surrogates
 
 __all__ = [
     "RETRY_KINDS",

@@ -50,13 +50,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from haystack_state._display import StateDiff, state_html, state_repr, value_sizes
+from haystack_state._schema import FieldSpec, build_schema
 from haystack_state._state_dict import state_from_dict, state_to_dict
 from haystack_state._state_store import Delta, StateStore, Write
 from haystack_state._state_store import Handler as Handler  # importable from here, as it always was
-from haystack_state.display import StateDiff, state_html, state_repr, value_sizes
 from haystack_state.errors import UnstorableValueError
 from haystack_state.handlers import RESET
-from haystack_state.schema import FieldSpec, build_schema
 from haystack_state.values import FrozenList, freeze, read, thaw
 
 __all__ = ["State", "StagedState"]

@@ -12,7 +12,7 @@ A value enters the state once, through :func:`freeze`, which takes a private, re
   ``collections.Counter``, whose type must survive) are deep-copied. An object that cannot be copied (a database
   connection, a lock, a socket, a generator), and the run's ``RunContext``, are refused with an
   :class:`~haystack_state.errors.UnstorableValueError`: live objects belong in ``run(..., context=obj)``;
-- text is checked on the way: a string that no backend can store (a lone surrogate, see :mod:`haystack_state.text`),
+- text is checked on the way: a string that no backend can store (a lone surrogate, see :mod:`haystack_state._text`),
   as a value, a dict key or a dataclass field, is refused with an :class:`~haystack_state.errors.UnstorableTextError`.
   ASCII text costs one flag test; text inside other objects is checked when a checkpointer stores it.
 
@@ -37,9 +37,9 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, NoReturn, TypeVar
 
+from haystack_state._text import shown, text_problem
 from haystack_state.errors import UnstorableTextError, UnstorableValueError
 from haystack_state.runtime import RunContext
-from haystack_state.text import shown, text_problem
 
 __all__ = [
     "SCALARS",

@@ -26,7 +26,7 @@ DOTTED = re.compile(r"`([A-Z]\w*)\.(\w+)`")
 PICTURE = re.compile(r"^## The layers\n.*?^```text\n(.*?)^```", re.MULTILINE | re.DOTALL)
 ROW_TOKEN = re.compile(r"[\w*]+(?:\.py|/)")
 #: Files that sit by their role rather than their folder (the page says so): both are in the top row.
-BY_ROLE = ("__init__.py", "store/cli.py")
+BY_ROLE = ("__init__.py", "store/_cli.py")
 
 
 def _module(path: str) -> str:

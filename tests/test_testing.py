@@ -526,7 +526,7 @@ def test_each_call_records_its_size_in_tokens(add_tool: Tool) -> None:
 def test_a_growing_conversation_is_counted_as_a_whole_recount_would(add_tool: Tool) -> None:
     """Only the new messages of a list sent again are counted, and any other list (or a rewrite) is counted whole."""
 
-    from haystack_state.agent.context.tokens import token_meter
+    from haystack_state.agent.context._tokens import token_meter
 
     counter = ApproximateTokenCounter()
     meter = token_meter(counter)
@@ -593,7 +593,7 @@ def test_the_summarizer_folds_the_previous_summary_and_one_line_per_turn() -> No
     assert reply.text == "- earlier: the user likes tea\n- Book a table (tools: search, book) -> Booked."
     assert reply.meta["model"] == "scripted-summarizer"
     assert reply.meta["usage"]["prompt_tokens"] == generator.calls[0].tokens
-    assert generator.to_dict()["init_parameters"]["policy"] == "haystack_state.testing.summarizer.fold_summary"
+    assert generator.to_dict()["init_parameters"]["policy"] == "haystack_state.testing._summarizer.fold_summary"
     assert ScriptedChatGenerator.from_dict(generator.to_dict()).run(prompt)["replies"][0].text == reply.text
 
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from haystack_state.text import find_bad_text, lenient_text, repaired, replace_surrogates, surrogate_at, text_problem
+from haystack_state._text import find_bad_text, lenient_text, repaired, replace_surrogates, surrogate_at, text_problem
 
 
 @dataclasses.dataclass

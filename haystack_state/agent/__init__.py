@@ -6,7 +6,7 @@ resuming an interrupted or unfinished run (:mod:`.continuation`) and the thread 
 :mod:`.protocols`.
 """
 
-from haystack_state.agent.component import Agent
+from haystack_state.agent._component import Agent
 from haystack_state.agent.protocols import (
     Approve,
     Decision,

@@ -15,8 +15,8 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         name=error.name,
     ) from error
 
-from haystack_state.hayhooks.conversation import chat_thread_id, parse_response_id, plan_chat_turn, response_id
-from haystack_state.hayhooks.wrapper import AgentWrapper, RunPlan, SyncAgentWrapper, agent_wrapper
+from haystack_state.hayhooks._conversation import chat_thread_id, parse_response_id, plan_chat_turn, response_id
+from haystack_state.hayhooks._wrapper import AgentWrapper, RunPlan, SyncAgentWrapper, agent_wrapper
 
 __all__ = [
     "AgentWrapper",

@@ -7,11 +7,11 @@ span (:mod:`.run`, :mod:`.timeouts`, :mod:`.workers`, :mod:`.spans`), the option
 (:mod:`.settings`), and the ``ToolInvoker`` component (:mod:`.invoker`).
 """
 
+from haystack_state.invocation._invoker import ToolInvoker
+from haystack_state.invocation._outcome import BatchOutcome, PendingCall
+from haystack_state.invocation._run import run_tool_batch, run_tool_batch_async
+from haystack_state.invocation._settings import ToolRunSettings
 from haystack_state.invocation.arguments import safe_tool_calls
-from haystack_state.invocation.invoker import ToolInvoker
-from haystack_state.invocation.outcome import BatchOutcome, PendingCall
-from haystack_state.invocation.run import run_tool_batch, run_tool_batch_async
-from haystack_state.invocation.settings import ToolRunSettings
 
 __all__ = [
     "BatchOutcome",

@@ -26,8 +26,8 @@ from typing import Any
 from haystack import logging
 from haystack.dataclasses import ChatMessage, ReasoningContent, TextContent, ToolCall
 
+from haystack_state._text import replace_surrogates, surrogate_at
 from haystack_state.errors import ToolArgumentsError, ToolNotFoundError
-from haystack_state.text import replace_surrogates, surrogate_at
 from haystack_state.tools.spec import ToolSpec
 
 __all__ = [

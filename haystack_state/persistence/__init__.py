@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from haystack_state.persistence._registry import register_type, registered_names
+from haystack_state.persistence._serde import checkpointer_from_dict
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.persistence.codec import decode, dumps, encode, loads
 from haystack_state.persistence.delta import Delta, Source, delete, extend, new_checkpoint_id, replace
@@ -22,8 +24,6 @@ from haystack_state.persistence.records import (
     PruneResult,
     ThreadInfo,
 )
-from haystack_state.persistence.registry import register_type, registered_names
-from haystack_state.persistence.serde import checkpointer_from_dict
 from haystack_state.persistence.sqlite import SQLiteCheckpointer
 
 if TYPE_CHECKING:

@@ -3,15 +3,15 @@ The abstract :class:`Checkpointer` that every storage backend implements.
 
 A *thread* is a tree of checkpoints whose *head* is the latest one. Each checkpoint stores only its *delta* (the
 operations on the keys it changed, see :mod:`haystack_state.persistence.delta`), and now and then a *snapshot* of the
-whole state (see :mod:`haystack_state.persistence.chain`), so what a commit writes stays flat on average and a read
+whole state (see :mod:`haystack_state.persistence._chain`), so what a commit writes stays flat on average and a read
 replays a bounded chain. Each checkpointer also caches the materialized state of the last head it read or wrote per
-thread, decoded and frozen (see :mod:`haystack_state.persistence.cache`); a commit advances it with its own delta.
+thread, decoded and frozen (see :mod:`haystack_state.persistence._cache`); a commit advances it with its own delta.
 
 The public API is written once, as *flows*: generators that yield typed operations
 (:mod:`haystack_state.persistence.ops`) and receive their results. ``commit``, ``get``, ... drive a flow with the
 backend's ``_execute(op)``; ``acommit``, ``aget``, ... with its ``_aexecute(op)``. The flows (encoding,
-validation, snapshots, leases) are in :mod:`haystack_state.persistence.checkpoint_flows`, reading and caching in
-:mod:`haystack_state.persistence.reading`, retention in :mod:`haystack_state.persistence.retention`; a backend only
+validation, snapshots, leases) are in :mod:`haystack_state.persistence._checkpoint_flows`, reading and caching in
+:mod:`haystack_state.persistence._reading`, retention in :mod:`haystack_state.persistence._retention`; a backend only
 executes operations, one method each (named by :data:`haystack_state.persistence.ops.HANDLERS`). A driver's error is
 wrapped in :class:`~haystack_state.errors.CheckpointStorageError` naming the thread and the operation.
 """
@@ -25,11 +25,12 @@ from typing import Any, TypeVar
 from haystack.core.errors import SerializationError
 
 from haystack_state.persistence import ops
-from haystack_state.persistence.cache import HeadCache
-from haystack_state.persistence.chain import (
+from haystack_state.persistence._cache import HeadCache
+from haystack_state.persistence._chain import (
     corrupt_error,
 )
-from haystack_state.persistence.checkpoint_flows import CheckpointFlows, check_commit, conflict_error, encode_commit
+from haystack_state.persistence._checkpoint_flows import CheckpointFlows, check_commit, conflict_error, encode_commit
+from haystack_state.persistence._retention import prune_flow, ttl_seconds
 from haystack_state.persistence.delta import (
     Delta,
     Source,
@@ -46,7 +47,6 @@ from haystack_state.persistence.records import (
     ThreadInfo,
     check_thread_id,
 )
-from haystack_state.persistence.retention import prune_flow, ttl_seconds
 
 __all__ = [
     "ChainLink",

@@ -7,7 +7,7 @@ object ``{"__type__": "<name>", "data": ...}``: tuples, sets, frozensets, bytes,
 decimals, UUIDs, ``Counter``, ``OrderedDict``, ``defaultdict`` (with a built-in factory), ``deque``, dicts whose keys
 are not all strings (or that contain the tag key themselves), the haystack
 dataclasses (``haystack.ChatMessage``, ``haystack.Document``, ...) and the classes registered with
-:func:`~haystack_state.persistence.registry.register_type`.
+:func:`~haystack_state.persistence._registry.register_type`.
 
 Loading is safe: it rebuilds only built-in types and the classes in the registry, looked up by name in a dict.
 It never imports a module, never unpickles, and never resolves a callable named by the data; any other stored type
@@ -30,14 +30,14 @@ from typing import Any
 from haystack.dataclasses import ChatMessage
 
 from haystack_state.errors import CodecError
-from haystack_state.persistence.json_text import from_json as from_json
-from haystack_state.persistence.json_text import to_json as to_json
-from haystack_state.persistence.message_codec import (
+from haystack_state.persistence._json_text import from_json as from_json
+from haystack_state.persistence._json_text import to_json as to_json
+from haystack_state.persistence._message_codec import (
     decode_chat_message,
     encode_chat_message,
     encode_chat_message_compact,
 )
-from haystack_state.persistence.registry import BUILTIN_TAGS, adapter_for_class, adapter_for_name
+from haystack_state.persistence._registry import BUILTIN_TAGS, adapter_for_class, adapter_for_name
 from haystack_state.runtime import RunContext
 from haystack_state.values import SCALARS, FrozenDict, freeze, frozen_dict, frozen_list
 
@@ -288,7 +288,7 @@ def encode(value: object, *, key: str | None = None, where: str | None = None, c
     :param key: The state key the value belongs to; named in error messages and used as the root of the path.
     :param where: The root of the path in error messages when there is no state key (default ``"value"``).
     :param compact: Store chat messages in their compact form (an array; see
-        :mod:`~haystack_state.persistence.message_codec`), as checkpoints do, instead of ``to_dict``'s shape. Both
+        :mod:`~haystack_state.persistence._message_codec`), as checkpoints do, instead of ``to_dict``'s shape. Both
         decode alike.
     :returns: JSON-compatible data; :func:`decode` turns it back into an equal value.
     :raises CodecError: If some part of the value cannot be encoded. The message names the state key, the path to

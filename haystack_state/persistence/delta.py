@@ -21,9 +21,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+from haystack_state._text import find_bad_text, shown, text_problem
 from haystack_state.errors import UnstorableTextError
 from haystack_state.persistence.codec import encode, to_json
-from haystack_state.text import find_bad_text, shown, text_problem
 
 Source = Literal["input", "model", "tools", "update"]
 SOURCES: tuple[str, ...] = ("input", "model", "tools", "update")

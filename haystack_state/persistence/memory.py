@@ -15,8 +15,8 @@ from typing import Any, Unpack
 
 from haystack_state.errors import CheckpointNotFoundError, ThreadNotFoundError
 from haystack_state.persistence import ops
+from haystack_state.persistence._leases import busy_error
 from haystack_state.persistence.base import Checkpointer, check_commit
-from haystack_state.persistence.leases import busy_error
 from haystack_state.persistence.records import (
     ChainLink,
     CheckpointerSettings,

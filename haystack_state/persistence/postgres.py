@@ -37,8 +37,8 @@ except ImportError as _error:  # pragma: no cover - depends on the installed ext
 from haystack.core.errors import SerializationError
 from haystack.utils import Secret
 
-from haystack_state.db.migrations import check_postgres_version, migrate_postgres
-from haystack_state.db.postgres import (
+from haystack_state._db.migrations import check_postgres_version, migrate_postgres
+from haystack_state._db.postgres import (
     Attempt,
     EventLoopConnections,
     LoopConnections,
@@ -52,9 +52,9 @@ from haystack_state.db.postgres import (
 )
 from haystack_state.errors import CheckpointError
 from haystack_state.persistence import ops
+from haystack_state.persistence._grouping import Failed, GroupCommit
+from haystack_state.persistence._postgres_scripts import PostgresScripts
 from haystack_state.persistence.base import Checkpointer
-from haystack_state.persistence.grouping import Failed, GroupCommit
-from haystack_state.persistence.postgres_scripts import PostgresScripts
 from haystack_state.persistence.records import CheckpointerSettings
 
 __all__ = ["MIGRATIONS", "PostgresCheckpointer", "read_only_conninfo"]
@@ -108,7 +108,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
 
 
 class _LoopConnections(LoopConnections):
-    """An event loop's connections (:class:`~haystack_state.db.postgres.LoopConnections`) and its group commits."""
+    """An event loop's connections (:class:`~haystack_state._db.postgres.LoopConnections`) and its group commits."""
 
     def __init__(self, dsn: str, size: int, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(dsn, size, loop)
@@ -333,7 +333,7 @@ class PostgresCheckpointer(PostgresScripts, Checkpointer):
         )
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        """Apply the pending migrations (see :func:`haystack_state.db.migrations.migrate_postgres`)."""
+        """Apply the pending migrations (see :func:`haystack_state._db.migrations.migrate_postgres`)."""
         schema = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
         migrate_postgres(conn, f"haystack_state:{self._schema}", schema, self._q, MIGRATIONS, self._newer_schema)
 

@@ -12,8 +12,8 @@ import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypedDict
 
+from haystack_state._text import repaired
 from haystack_state.errors import CheckpointError
-from haystack_state.text import repaired
 
 #: The longest thread id accepted, in characters and in UTF-8 bytes (every backend indexes it as text).
 MAX_THREAD_ID = 1000

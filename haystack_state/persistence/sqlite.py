@@ -32,8 +32,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Unpack
 
-from haystack_state.db.migrations import SQLiteSchema
-from haystack_state.db.sqlite import (
+from haystack_state._db.migrations import SQLiteSchema
+from haystack_state._db.sqlite import (
     SQLiteFile,
     SQLitePool,
     WouldBlock,
@@ -44,10 +44,8 @@ from haystack_state.db.sqlite import (
 )
 from haystack_state.errors import CheckpointError, CheckpointStorageError
 from haystack_state.persistence import ops
-from haystack_state.persistence.base import Checkpointer
-from haystack_state.persistence.grouping import Failed, GroupCommit
-from haystack_state.persistence.records import CheckpointerSettings
-from haystack_state.persistence.sqlite_ops import (
+from haystack_state.persistence._grouping import Failed, GroupCommit
+from haystack_state.persistence._sqlite_ops import (
     CHECKPOINTS,
     LEASES,
     MIGRATIONS,
@@ -57,6 +55,8 @@ from haystack_state.persistence.sqlite_ops import (
     pack_snapshot,
     unpack_snapshot,
 )
+from haystack_state.persistence.base import Checkpointer
+from haystack_state.persistence.records import CheckpointerSettings
 
 __all__ = [
     "CHECKPOINTS",

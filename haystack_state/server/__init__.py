@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from haystack_state.server.app import create_app as create_app
-    from haystack_state.server.auth import api_key_auth as api_key_auth
-    from haystack_state.server.context import Limits as Limits
+    from haystack_state.server._app import create_app as create_app
+    from haystack_state.server._auth import api_key_auth as api_key_auth
+    from haystack_state.server._context import Limits as Limits
 
 __all__ = ["Limits", "api_key_auth", "create_app"]
 
@@ -25,7 +25,9 @@ def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        from haystack_state.server import app, auth, context
+        from haystack_state.server import _app as app
+        from haystack_state.server import _auth as auth
+        from haystack_state.server import _context as context
     except ImportError as error:
         if error.name in ("fastapi", "starlette", "uvicorn", "sse_starlette", "anyio"):
             raise ImportError(f"{EXTRA_HINT} ({error})") from error

@@ -39,7 +39,7 @@ from haystack_state.persistence.base import Checkpointer
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from haystack_state.server.context import Auth
+    from haystack_state.server._context import Auth
 
 __all__ = [
     "API_KEYS_VARIABLE",
@@ -243,9 +243,9 @@ def build_app(args: argparse.Namespace, out: Callable[..., Any] = print) -> Fast
     from haystack_state.server import EXTRA_HINT
 
     try:
-        from haystack_state.server.app import create_app
-        from haystack_state.server.context import Limits
-        from haystack_state.server.cors import cors_for_host, cors_origins, is_loopback
+        from haystack_state.server._app import create_app
+        from haystack_state.server._context import Limits
+        from haystack_state.server._cors import cors_for_host, cors_origins, is_loopback
     except ImportError as error:
         raise ServeError(f"{EXTRA_HINT} ({error})") from error
     if args.lease_seconds < 3 * args.poll_interval:
@@ -294,7 +294,7 @@ def build_app(args: argparse.Namespace, out: Callable[..., Any] = print) -> Fast
 
 def _auth(args: argparse.Namespace, out: Callable[..., Any]) -> Auth | None:
     """``api_key_auth`` over the keys of ``--auth-keys`` or else of ``$HAYSTACK_STATE_API_KEYS``; None for neither."""
-    from haystack_state.server.auth import api_key_auth, parse_api_keys
+    from haystack_state.server._auth import api_key_auth, parse_api_keys
 
     variable = os.environ.get(API_KEYS_VARIABLE)
     if args.auth_keys is not None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from haystack_state.store._serde import store_from_dict
 from haystack_state.store.base import Store
 from haystack_state.store.memory import InMemoryStore
 from haystack_state.store.records import Item
-from haystack_state.store.serde import store_from_dict
 from haystack_state.store.sqlite import SQLiteStore
 
 if TYPE_CHECKING:

@@ -20,10 +20,12 @@ from typing import Any, TypeVar
 
 from haystack.core.errors import SerializationError
 
+from haystack_state._flows import FlowDriver
+from haystack_state._text import repaired
 from haystack_state.errors import CodecError, StoreError, StoreInputError
-from haystack_state.flows import FlowDriver
 from haystack_state.persistence.codec import decode, from_json
 from haystack_state.store import ops
+from haystack_state.store._search import Condition, check_filter, cosine, index_text, matches, pushable, query_terms
 from haystack_state.store.embed import Embedder
 from haystack_state.store.records import (
     Item,
@@ -37,8 +39,6 @@ from haystack_state.store.records import (
     join_namespace,
     split_namespace,
 )
-from haystack_state.store.search import Condition, check_filter, cosine, index_text, matches, pushable, query_terms
-from haystack_state.text import repaired
 
 __all__ = ["Flow", "Store"]
 

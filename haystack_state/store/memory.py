@@ -10,9 +10,9 @@ import threading
 from typing import Any
 
 from haystack_state.store import ops
+from haystack_state.store._search import bm25_scores
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
-from haystack_state.store.search import bm25_scores
 
 __all__ = ["InMemoryStore"]
 

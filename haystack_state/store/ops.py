@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from haystack_state.store.search import Condition
+from haystack_state.store._search import Condition
 
 __all__ = ["Delete", "Get", "Namespaces", "Op", "Purge", "Put", "Search", "Touch", "describe"]
 
@@ -52,7 +52,7 @@ class Search:
     """
     Live items under a namespace prefix (``""``: all), as rows, ordered by text relevance when ``terms`` are given
     (rows that match none of them are left out), else by ``updated_at``, newest first. The ``conditions`` are
-    pushable ones (see :func:`~haystack_state.store.search.pushable`); a backend may apply them (to rows whose
+    pushable ones (see :func:`~haystack_state.store._search.pushable`); a backend may apply them (to rows whose
     ``plain`` is true) or not: the store checks every row again. ``limit`` None means all rows. With ``vectors``,
     rows carry their stored embedding.
     """

@@ -28,9 +28,8 @@ except ImportError as _error:  # pragma: no cover - depends on the installed ext
 
 from haystack.utils import Secret
 
-from haystack_state._driver import run_flow, run_flow_async
-from haystack_state.db.migrations import check_postgres_version, migrate_postgres
-from haystack_state.db.postgres import (
+from haystack_state._db.migrations import check_postgres_version, migrate_postgres
+from haystack_state._db.postgres import (
     ALL,
     COUNT,
     ONE,
@@ -42,12 +41,13 @@ from haystack_state.db.postgres import (
     read_only_conninfo,
     secret_conninfo,
 )
+from haystack_state._driver import run_flow, run_flow_async
 from haystack_state.errors import StoreError
 from haystack_state.store import ops
+from haystack_state.store._search import Condition
+from haystack_state.store._sql import prefix_sql, search_clauses
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
-from haystack_state.store.search import Condition
-from haystack_state.store.sql import prefix_sql, search_clauses
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
 
@@ -77,7 +77,7 @@ _VISIBLE = "(s.expires_at IS NULL OR s.expires_at > %(now)s)"
 _ITEM = "s.namespace = %(ns)s AND s.key = %(key)s"
 _COLUMNS = "s.namespace, s.key, s.value, s.created_at, s.updated_at, s.ttl"
 _SIGNS = {"$eq": "=", "$ne": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
-#: A store script yields ``(template, params, fetch)`` (see :func:`~haystack_state.db.postgres.fetched`).
+#: A store script yields ``(template, params, fetch)`` (see :func:`~haystack_state._db.postgres.fetched`).
 Script = Generator[tuple[str, dict[str, Any], str], Any, Any]
 
 
@@ -253,7 +253,7 @@ class PostgresStore(Store):
         self._pool.close()
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        """Apply the pending migrations (see :func:`haystack_state.db.migrations.migrate_postgres`)."""
+        """Apply the pending migrations (see :func:`haystack_state._db.migrations.migrate_postgres`)."""
         schema = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
         migrate_postgres(conn, f"haystack_state_store:{self._schema}", schema, self._q, MIGRATIONS, self._newer_schema)
 

@@ -11,9 +11,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from haystack_state._text import find_bad_text, surrogate_at
 from haystack_state.errors import CodecError, StoreInputError, UnstorableTextError
 from haystack_state.persistence.codec import TYPE_KEY, encode, to_json
-from haystack_state.text import find_bad_text, surrogate_at
 
 __all__ = [
     "MAX_KEY_LENGTH",

@@ -16,14 +16,14 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from haystack_state.db.migrations import SQLiteSchema
-from haystack_state.db.sqlite import SQLitePool, transaction
+from haystack_state._db.migrations import SQLiteSchema
+from haystack_state._db.sqlite import SQLitePool, transaction
 from haystack_state.errors import StoreError
 from haystack_state.store import ops
+from haystack_state.store._search import Condition
+from haystack_state.store._sql import prefix_sql, search_clauses
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
-from haystack_state.store.search import Condition
-from haystack_state.store.sql import prefix_sql, search_clauses
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
 
@@ -87,7 +87,7 @@ class SQLiteStore(Store):
     :param path: The database file (created if missing; it may be a checkpointer's), or ``":memory:"``.
     :param timeout: How long a writer waits for another process's lock, in seconds.
     :param read_only: Open an existing file read-only (nothing is created or migrated; writes fail; see
-        :func:`~haystack_state.db.sqlite.connect_read_only`). It must hold this version's store tables.
+        :func:`~haystack_state._db.sqlite.connect_read_only`). It must hold this version's store tables.
     :param kwargs: The settings of :class:`~haystack_state.store.base.Store` (``index``, ``embedder``,
         ``default_ttl``).
     """

@@ -33,9 +33,9 @@ from haystack.tools.tool import Tool
 from haystack.utils import deserialize_callable, serialize_callable
 from haystack.utils.deserialization import deserialize_component_inplace
 
-from haystack_state.agent.context.tokens import APPROXIMATE_COUNTER, token_meter
-from haystack_state.testing.replies import Policy, Reply, ScriptError, ScriptReply, ToolCallSpec, parse_reply
-from haystack_state.testing.summarizer import SUMMARY_MAX_LINES, fold_summary
+from haystack_state.agent.context._tokens import APPROXIMATE_COUNTER, token_meter
+from haystack_state.testing._replies import Policy, Reply, ScriptError, ScriptReply, ToolCallSpec, parse_reply
+from haystack_state.testing._summarizer import SUMMARY_MAX_LINES, fold_summary
 
 __all__ = [
     "SUMMARY_MAX_LINES",

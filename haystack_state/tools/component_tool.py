@@ -15,7 +15,7 @@ own ``Agent`` still injects its State into it. What changes:
 The schema and the description are haystack-ai's: each input is described by the ``run`` docstring's ``:param:``
 line (for a ``SuperComponent``, by the lines of the pipeline components its inputs are mapped to), or as
 ``"Input 'name' for the component."``; dataclass inputs become ``$defs`` whose fields are described too (see
-:mod:`haystack_state.tools.component_types`); the tool's description defaults to the component's docstring.
+:mod:`haystack_state.tools._component_types`); the tool's description defaults to the component's docstring.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from haystack.core.pipeline.base import PipelineBase
 from haystack.tools.component_tool import ComponentTool as HaystackComponentTool
 
 from haystack_state.errors import ToolDefinitionError
-from haystack_state.tools.annotations import context_deps_type, is_state_annotation
-from haystack_state.tools.coercion import binary_strings_to_bytes
-from haystack_state.tools.docstrings import parse_docstring
-from haystack_state.tools.parameters import EMPTY, ToolParameter, layout_parameters
-from haystack_state.tools.validation import check_outputs_to_state, check_outputs_to_string, check_tool_name
+from haystack_state.tools._annotations import context_deps_type, is_state_annotation
+from haystack_state.tools._coercion import binary_strings_to_bytes
+from haystack_state.tools._docstrings import parse_docstring
+from haystack_state.tools._parameters import EMPTY, ToolParameter, layout_parameters
+from haystack_state.tools._validation import check_outputs_to_state, check_outputs_to_string, check_tool_name
 
 __all__ = [
     "ComponentTool",

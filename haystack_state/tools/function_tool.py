@@ -27,9 +27,9 @@ from haystack.tools.tool import Tool
 from pydantic import ValidationError
 
 from haystack_state.errors import ToolDefinitionError
-from haystack_state.tools.coercion import coerce_arguments, field_defaults
-from haystack_state.tools.parameters import EMPTY, function_parameters, layout_parameters
-from haystack_state.tools.validation import check_outputs_to_state, check_outputs_to_string, check_tool_name
+from haystack_state.tools._coercion import coerce_arguments, field_defaults
+from haystack_state.tools._parameters import EMPTY, function_parameters, layout_parameters
+from haystack_state.tools._validation import check_outputs_to_state, check_outputs_to_string, check_tool_name
 
 __all__ = ["FunctionTool", "ToolOptions", "tool"]
 
@@ -168,7 +168,7 @@ class FunctionTool(Tool):
 
     def coerce_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """
-        Convert the model-visible arguments to their parameter types (see :mod:`haystack_state.tools.coercion`).
+        Convert the model-visible arguments to their parameter types (see :mod:`haystack_state.tools._coercion`).
 
         :param arguments: The call's keyword arguments.
         :returns: A new dict with the converted arguments; the others are unchanged.

@@ -21,9 +21,9 @@ from haystack.tools.toolset import Toolset
 from haystack.tools.utils import flatten_tools_or_toolsets
 
 from haystack_state.errors import ToolDefinitionError
-from haystack_state.tools.annotations import context_deps_type, is_state_annotation
+from haystack_state.tools._annotations import context_deps_type, is_state_annotation
+from haystack_state.tools._parameters import STREAMING_CALLBACK, ToolParameter, function_parameters
 from haystack_state.tools.component_tool import component_parameters
-from haystack_state.tools.parameters import STREAMING_CALLBACK, ToolParameter, function_parameters
 
 __all__ = ["ToolSpec", "tool_spec", "tool_specs"]
 

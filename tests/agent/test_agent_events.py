@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from haystack_state import Agent, AgentRunError, InMemoryCheckpointer, RunContext, SQLiteCheckpointer, State, tool
+from haystack_state.agent import _streaming
 from haystack_state.agent.events import (
     AgentEvent,
     CheckpointCommitted,
@@ -476,7 +477,12 @@ def test_a_streamed_run_is_traced_under_the_callers_span_and_keeps_its_spans_to_
     assert {step.parent.span_id for step in steps if step.parent} == {run.context.span_id for run in runs}
 
 
-def test_quick_model_and_tool_calls_run_on_the_consumers_thread_after_their_first() -> None:
+def test_quick_model_and_tool_calls_run_on_the_consumers_thread_after_their_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # "Quick" is under a millisecond; a shared machine can stall a note that long, so the test counts a quarter second
+    # as quick: what it checks is where calls run, not how fast.
+    monkeypatch.setattr(_streaming, "QUICK_EFFECT", 0.25)
     threads: list[tuple[str, int]] = []
 
     @tool
@@ -497,6 +503,6 @@ def test_quick_model_and_tool_calls_run_on_the_consumers_thread_after_their_firs
     assert {ident for kind, ident in threads if kind == "hook"} == {consumer}  # hooks always
     tools = [ident for kind, ident in threads if kind == "tool"]
     assert tools[0] != consumer  # the first call of a tool, on the helper thread (it could be slow)
-    assert sum(ident == consumer for ident in tools) >= 8  # the later ones: quick last time (a loaded machine may
-    # make one slow: then the next one runs on the helper thread)
+    assert sum(ident == consumer for ident in tools) >= len(tools) - 2  # the later ones: quick last time (a stalled
+    # call runs the next one on the helper thread)
     assert stream_threads() == []

@@ -14,8 +14,8 @@ import pytest
 from haystack.dataclasses import ChatMessage, ChatRole
 
 from haystack_state import Agent, InMemoryCheckpointer, SQLiteCheckpointer, tool
+from haystack_state.agent._message_ids import SYSTEM_PROMPT_ID_PREFIX
 from haystack_state.agent.events import ModelChunk, ModelReply, RunFinished
-from haystack_state.agent.message_ids import SYSTEM_PROMPT_ID_PREFIX
 from haystack_state.persistence import Checkpointer
 from haystack_state.testing import ScriptedChatGenerator
 

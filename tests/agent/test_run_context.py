@@ -36,7 +36,7 @@ from haystack_state import (
     tool_spec,
     tool_specs,
 )
-from haystack_state.invocation.run import run_tool_calls
+from haystack_state.invocation._run import run_tool_calls
 from haystack_state.persistence.codec import dumps
 from haystack_state.runtime import RunContext, check_tool_deps
 from haystack_state.values import to_jsonable

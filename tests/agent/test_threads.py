@@ -38,7 +38,7 @@ from haystack_state import (
     UnknownStateKeyError,
     tool,
 )
-from haystack_state.agent.history import CheckpointHistory
+from haystack_state.agent._history import CheckpointHistory
 from haystack_state.persistence import Checkpointer, InMemoryCheckpointer, dumps, register_type
 from haystack_state.testing import ScriptedChatGenerator
 

@@ -19,7 +19,7 @@ from workers.thread_worker import SCHEMA as WORKER_SCHEMA
 from workers.thread_worker import build_agent
 
 from haystack_state import Agent, State, ThreadNotFoundError, tool
-from haystack_state.agent.continuation import REJECTED
+from haystack_state.agent._continuation import REJECTED
 from haystack_state.persistence import Checkpointer, InMemoryCheckpointer
 from haystack_state.testing import ScriptedChatGenerator
 

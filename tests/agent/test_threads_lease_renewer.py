@@ -15,7 +15,7 @@ from haystack.dataclasses import ChatMessage
 
 from haystack_state import Agent, tool
 from haystack_state.persistence import SQLiteCheckpointer
-from haystack_state.persistence.leases import Renewer
+from haystack_state.persistence._leases import Renewer
 from haystack_state.testing import ScriptedChatGenerator
 
 pytestmark = pytest.mark.slow

@@ -60,7 +60,7 @@ from compat.agent_helpers import (
 from compat.agent_helpers import agent_class as agent_class  # fixtures
 from compat.agent_helpers import trusted_here as trusted_here
 from haystack_state import Agent, AgentRunError
-from haystack_state.agent.hooks import is_hook_object
+from haystack_state.agent._hooks import is_hook_object
 from haystack_state.testing import ScriptedChatGenerator
 
 TRACE = {"trace": {"type": list[str]}}

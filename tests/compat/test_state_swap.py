@@ -18,7 +18,7 @@ from haystack.tools import ComponentTool, create_tool_from_function, tool
 
 from haystack_state import Agent, State
 from haystack_state.testing import ScriptedChatGenerator
-from haystack_state.tools.haystack_compat import HAYSTACK_MODULES, recognize_our_state
+from haystack_state.tools._haystack_compat import HAYSTACK_MODULES, recognize_our_state
 
 SCHEMA = {"documents": {"type": list[str]}}
 

@@ -1,5 +1,5 @@
 """
-The rules of :mod:`haystack_state.hayhooks.conversation`, without a server: which thread a chat completion runs on,
+The rules of :mod:`haystack_state.hayhooks._conversation`, without a server: which thread a chat completion runs on,
 what in its messages is new, and the ids of Responses. Skipped without Hayhooks (the subpackage needs it).
 """
 
@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("hayhooks.events", reason='Hayhooks is not installed: pip install -e ".[hayhooks]"')
 
-from haystack_state.hayhooks.conversation import (
+from haystack_state.hayhooks._conversation import (
     ClientMessage,
     chat_thread_id,
     client_messages,

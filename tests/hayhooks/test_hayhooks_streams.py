@@ -1,5 +1,5 @@
 """
-From the Agent's events to what a chat completion streams (:class:`haystack_state.hayhooks.streams.ChatStreamer`),
+From the Agent's events to what a chat completion streams (:class:`haystack_state.hayhooks._streams.ChatStreamer`),
 without a server. Skipped without Hayhooks (the subpackage needs it).
 """
 
@@ -14,7 +14,7 @@ from haystack.dataclasses import ChatMessage, StreamingChunk
 pytest.importorskip("hayhooks.events", reason='Hayhooks is not installed: pip install -e ".[hayhooks]"')
 
 from haystack_state.agent.events import AgentEvent, ModelChunk, ModelReply, ToolCallFinished, ToolCallStarted
-from haystack_state.hayhooks.streams import ChatStreamer
+from haystack_state.hayhooks._streams import ChatStreamer
 
 COMMON: dict[str, Any] = {"run_id": "r", "seq": 0, "time": 0.0}
 

@@ -29,8 +29,8 @@ from haystack_state import (
 )
 from haystack_state.interrupts import interrupt_scope
 from haystack_state.invocation import BatchOutcome, PendingCall, run_tool_batch, run_tool_batch_async
-from haystack_state.invocation.run import run_tool_calls
-from haystack_state.invocation.settings import ToolRunSettings
+from haystack_state.invocation._run import run_tool_calls
+from haystack_state.invocation._settings import ToolRunSettings
 
 
 def calls(*pairs: tuple[str, dict[str, Any]]) -> list[ChatMessage]:

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from haystack_state import State, ToolInvoker, tool
-from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
+from haystack_state.invocation._run import run_tool_calls, run_tool_calls_async
 from haystack_state.tools.spec import tool_specs
 
 

@@ -30,9 +30,9 @@ from haystack_state import (
     tool,
     tool_spec,
 )
-from haystack_state.invocation.run import run_tool_calls, run_tool_calls_async
-from haystack_state.invocation.settings import ToolRunSettings
-from haystack_state.invocation.workers import WORKERS
+from haystack_state.invocation._run import run_tool_calls, run_tool_calls_async
+from haystack_state.invocation._settings import ToolRunSettings
+from haystack_state.invocation._workers import WORKERS
 from haystack_state.persistence import SQLiteCheckpointer
 from haystack_state.testing import ScriptedChatGenerator
 from haystack_state.tools.function_tool import FunctionTool

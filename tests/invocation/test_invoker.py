@@ -31,7 +31,7 @@ from haystack_state import (
     tool,
     tool_spec,
 )
-from haystack_state.invocation.calls import plan_calls
+from haystack_state.invocation._calls import plan_calls
 from invocation.invoker_tools import (
     add,
     calls,

@@ -30,7 +30,7 @@ from haystack_state import (
     tool,
     tool_spec,
 )
-from haystack_state.invocation.calls import _checker, _validate
+from haystack_state.invocation._calls import _checker, _validate
 from invocation.invoker_tools import (
     add,
     calls,

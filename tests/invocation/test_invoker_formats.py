@@ -268,7 +268,7 @@ def test_runtime_tools_override_the_constructor_tools() -> None:
 
 @pytest.mark.slow
 def test_runtime_tools_do_not_leak_validators() -> None:
-    from haystack_state.invocation import calls as calls_module
+    from haystack_state.invocation import _calls as calls_module
 
     invoker = ToolInvoker([echo])
     for _ in range(3):

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from haystack_state import State, ToolExecutionError, ToolInvoker, tool
 from haystack_state.handlers import add as add_handler
 from haystack_state.handlers import replace_values
-from haystack_state.invocation.workers import WORKERS
+from haystack_state.invocation._workers import WORKERS
 
 # --- helpers -------------------------------------------------------------------------------------------
 

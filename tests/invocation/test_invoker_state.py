@@ -25,7 +25,7 @@ from haystack_state import (
     tool,
 )
 from haystack_state.handlers import merge_lists, replace_values
-from haystack_state.invocation.calls import result_to_string
+from haystack_state.invocation._calls import result_to_string
 from invocation.invoker_tools import (
     calls,
     concat,

@@ -19,8 +19,8 @@ from haystack.dataclasses import ChatMessage, ToolCall
 
 from haystack_state import State, StateTypeError, UnstorableTextError
 from haystack_state.persistence import Checkpointer, extend, replace
-from haystack_state.server.database import Change, Database, PostgresDatabase, SQLiteDatabase, Work
-from haystack_state.server.storage import ServerStorage
+from haystack_state.server._database import Change, Database, PostgresDatabase, SQLiteDatabase, Work
+from haystack_state.server._storage import ServerStorage
 
 if TYPE_CHECKING:
     from persistence.harness import Harness

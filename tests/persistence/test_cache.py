@@ -18,7 +18,7 @@ from haystack.dataclasses import ChatMessage, Document, ToolCall
 
 from haystack_state.errors import CheckpointError
 from haystack_state.persistence import Checkpointer, delete, extend, register_type, replace
-from haystack_state.persistence.cache import MAX_TAIL, freeze_owned, fresh_copy
+from haystack_state.persistence._cache import MAX_TAIL, freeze_owned, fresh_copy
 from haystack_state.persistence.codec import decode, encode
 from haystack_state.persistence.delta import materialize
 from haystack_state.persistence.ops import ReadChain, ReadMeta

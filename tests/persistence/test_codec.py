@@ -517,7 +517,7 @@ def test_datetime_time_zone_offsets_survive() -> None:
 
 
 def test_every_builtin_tag_is_reserved() -> None:
-    from haystack_state.persistence.registry import BUILTIN_TAGS
+    from haystack_state.persistence._registry import BUILTIN_TAGS
 
     samples = [{1: 2}, (1,), {1}, frozenset({1}), b"", bytearray(), math.nan, dt.datetime(2020, 1, 1)]
     samples += [dt.date(2020, 1, 1), dt.time(1), dt.timedelta(1), decimal.Decimal(1), uuid.UUID(int=1)]

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from haystack_state.errors import CodecError
-from haystack_state.persistence.chain import PROMOTE_AFTER, SNAPSHOT_CHUNK, paused_gc, state_json
+from haystack_state.persistence._chain import PROMOTE_AFTER, SNAPSHOT_CHUNK, paused_gc, state_json
 from haystack_state.persistence.codec import encode, from_json, to_json
 from haystack_state.persistence.delta import (
     ExtendError,

@@ -142,7 +142,7 @@ def test_a_role_is_shared_not_rebuilt() -> None:
 
 
 def test_the_usual_messages_take_the_fast_paths() -> None:
-    from haystack_state.persistence.message_codec import decode_chat_message, encode_chat_message
+    from haystack_state.persistence._message_codec import decode_chat_message, encode_chat_message
 
     for message in _messages()[:9]:
         data = encode_chat_message(message, codec._encode)

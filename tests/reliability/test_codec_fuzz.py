@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from haystack_state import CodecError, State, StateSerializationError
 from haystack_state.persistence import decode, registered_names
-from haystack_state.persistence.registry import BUILTIN_TAGS
+from haystack_state.persistence._registry import BUILTIN_TAGS
 from reliability.codec_cases import (
     EVIL_NAMES,
     NAMED_MODULES,

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from haystack_state.server.database import (
+from haystack_state.server._database import (
     Change,
     PostgresDatabase,
     Rows,
@@ -21,8 +21,8 @@ from haystack_state.server.database import (
     Work,
     database_for,
 )
-from haystack_state.server.records import Idempotency, RunRecord, now_text
-from haystack_state.server.storage import ServerStorage
+from haystack_state.server._records import Idempotency, RunRecord, now_text
+from haystack_state.server._storage import ServerStorage
 
 
 def _run(thread_id: str, run_id: str, status: str = "pending", strategy: str = "enqueue") -> RunRecord:

@@ -14,10 +14,10 @@ import pytest
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from haystack_state import State
+from haystack_state.agent._message_ids import SYSTEM_PROMPT_ID_PREFIX
 from haystack_state.agent.events import CheckpointCommitted, ModelChunk, StateChanged
-from haystack_state.agent.message_ids import SYSTEM_PROMPT_ID_PREFIX
 from haystack_state.persistence.delta import extend
-from haystack_state.server.streams import StreamTranslator
+from haystack_state.server._streams import StreamTranslator
 from server.conftest import Served
 
 PROMPT = "You are a test assistant."

@@ -19,9 +19,9 @@ from langgraph_sdk import get_sync_client
 from haystack_state.cli import main as haystack_state_main
 from haystack_state.persistence import SQLiteCheckpointer
 from haystack_state.server import create_app
-from haystack_state.server.auth import parse_api_keys
+from haystack_state.server._auth import parse_api_keys
+from haystack_state.server._cors import cors_for_host, cors_origins, is_loopback
 from haystack_state.server.cli import API_KEYS_VARIABLE, ServeError, add_serve_command, build_app
-from haystack_state.server.cors import cors_for_host, cors_origins, is_loopback
 from server.agents import make_agent
 from server.conftest import ServeProcess
 

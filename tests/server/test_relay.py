@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from haystack_state.server.database import database_for
-from haystack_state.server.executor import RunOutcome
-from haystack_state.server.live import LiveRun
-from haystack_state.server.records import RunRecord, now_text
-from haystack_state.server.runs import RunManager
-from haystack_state.server.storage import ServerStorage
+from haystack_state.server._database import database_for
+from haystack_state.server._executor import RunOutcome
+from haystack_state.server._live import LiveRun
+from haystack_state.server._records import RunRecord, now_text
+from haystack_state.server._runs import RunManager
+from haystack_state.server._storage import ServerStorage
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)

@@ -1,9 +1,10 @@
 """
-The OpenAPI document describes every answer: each route declares a response model (``haystack_state.server.responses``),
-and the real answers of a served agent, read as plain JSON, validate against the model the document names for their
-route and method, twice: with ``jsonschema`` against the document's own component schema, and with the pydantic model,
-which must read the answer back whole (no key the model does not know, unless it takes free-form keys). Answers of a
-request with ``select`` validate field by field. No route answers a bare free-form object.
+The OpenAPI document describes every answer: each route declares a response model
+(``haystack_state.server._responses``), and the real answers of a served agent, read as plain JSON, validate against the
+model the document names for their route and method, twice: with ``jsonschema`` against the document's own component
+schema, and with the pydantic model, which must read the answer back whole (no key the model does not know, unless it
+takes free-form keys). Answers of a request with ``select`` validate field by field. No route answers a bare free-form
+object.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, TypeAdapter
 
 from haystack_state.persistence import SQLiteCheckpointer
+from haystack_state.server import _responses as models
 from haystack_state.server import create_app
-from haystack_state.server import responses as models
 from server.agents import make_agent
 from server.conftest import Served
 

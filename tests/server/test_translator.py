@@ -26,10 +26,10 @@ from haystack_state.agent.events import (
     StateChanged,
     ToolCallStarted,
 )
-from haystack_state.server.interrupts import interrupt_from_requests, resume_from_command
-from haystack_state.server.stream_messages import parse_partial_json
-from haystack_state.server.streams import StreamTranslator, event_names
-from haystack_state.server.wire import WireError
+from haystack_state.server._interrupts import interrupt_from_requests, resume_from_command
+from haystack_state.server._stream_messages import parse_partial_json
+from haystack_state.server._streams import StreamTranslator, event_names
+from haystack_state.server._wire import WireError
 
 COMMON = {"run_id": "agent-run", "time": 0.0, "thread_id": "t"}
 

@@ -13,8 +13,8 @@ from haystack.dataclasses import ChatMessage, ImageContent, ReasoningContent, Te
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from haystack_state.agent.message_ids import stored_id, with_id
-from haystack_state.server.wire import (
+from haystack_state.agent._message_ids import stored_id, with_id
+from haystack_state.server._wire import (
     WireError,
     message_from_wire,
     message_to_wire,

@@ -5,7 +5,7 @@ import json
 from haystack.dataclasses import ChatMessage
 
 from haystack_state import State
-from haystack_state.display import StateDiff
+from haystack_state._display import StateDiff
 
 SCHEMA = {"docs": {"type": list[dict]}, "name": {"type": str}, "count": {"type": int}}
 

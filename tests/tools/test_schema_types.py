@@ -12,9 +12,9 @@ from jsonschema import Draft202012Validator
 from pydantic import Field
 
 from haystack_state.tools import ComponentTool, tool
-from haystack_state.tools.coercion import binary_strings_to_bytes
-from haystack_state.tools.component_types import component_schema_type
-from haystack_state.tools.docstrings import parse_docstring
+from haystack_state.tools._coercion import binary_strings_to_bytes
+from haystack_state.tools._component_types import component_schema_type
+from haystack_state.tools._docstrings import parse_docstring
 from haystack_state.tools.spec import tool_spec
 
 

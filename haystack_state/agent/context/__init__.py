@@ -10,6 +10,21 @@ sent, never what is stored: the State's ``messages`` key keeps every message, an
 Policies compose: ``SlidingWindow(max_turns=20) | TokenBudget(max_tokens=60_000)``.
 """
 
+from haystack_state.agent.context._shape import CONTEXT_META_KEY
+from haystack_state.agent.context._summary import (
+    DEFAULT_SUMMARY_INSTRUCTIONS,
+    ContextSummary,
+    SummaryRequest,
+    render_transcript,
+    summary_note,
+)
+from haystack_state.agent.context._tokens import (
+    APPROXIMATE_COUNTER,
+    TokenMeter,
+    default_token_counter,
+    load_token_counter,
+    token_meter,
+)
 from haystack_state.agent.context.base import (
     ComposePolicies,
     ContextPlan,
@@ -27,22 +42,7 @@ from haystack_state.agent.context.offload import (
     OffloadToolResults,
     read_tool_result,
 )
-from haystack_state.agent.context.shape import CONTEXT_META_KEY
 from haystack_state.agent.context.summarize import Summarize
-from haystack_state.agent.context.summary import (
-    DEFAULT_SUMMARY_INSTRUCTIONS,
-    ContextSummary,
-    SummaryRequest,
-    render_transcript,
-    summary_note,
-)
-from haystack_state.agent.context.tokens import (
-    APPROXIMATE_COUNTER,
-    TokenMeter,
-    default_token_counter,
-    load_token_counter,
-    token_meter,
-)
 from haystack_state.agent.context.window import SlidingWindow, TokenBudget
 
 __all__ = [

@@ -18,8 +18,8 @@ from haystack.token_counters import TokenCounter
 from haystack.tools.tool import Tool
 from haystack.utils.deserialization import deserialize_component_inplace
 
-from haystack_state.agent.context.summary import ContextSummary, SummaryRequest
-from haystack_state.agent.context.tokens import APPROXIMATE_COUNTER
+from haystack_state.agent.context._summary import ContextSummary, SummaryRequest
+from haystack_state.agent.context._tokens import APPROXIMATE_COUNTER
 
 __all__ = [
     "ComposePolicies",

@@ -14,9 +14,9 @@ from typing import Annotated, Any, ClassVar, overload
 from haystack.dataclasses import ChatMessage, ChatRole, TextContent, ToolCallResult
 from haystack.tools.tool import Tool
 
+from haystack_state.agent.context._shape import CONTEXT_META_KEY
+from haystack_state.agent.context._tokens import IdentityCache
 from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase, check_count
-from haystack_state.agent.context.shape import CONTEXT_META_KEY
-from haystack_state.agent.context.tokens import IdentityCache
 from haystack_state.state import State
 from haystack_state.tools import tool
 

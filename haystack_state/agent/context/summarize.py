@@ -13,15 +13,15 @@ from haystack.dataclasses import ChatMessage
 from haystack.token_counters import TokenCounter
 from haystack.utils.deserialization import deserialize_component_inplace
 
-from haystack_state.agent.context import shape
-from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase, check_count
-from haystack_state.agent.context.summary import (
+from haystack_state.agent.context import _shape as shape
+from haystack_state.agent.context._summary import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     ContextSummary,
     SummaryRequest,
     summary_note,
 )
-from haystack_state.agent.context.tokens import token_meter
+from haystack_state.agent.context._tokens import token_meter
+from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase, check_count
 
 __all__ = ["Summarize"]
 

@@ -12,8 +12,7 @@ from typing import Any
 from haystack.token_counters import TokenCounter
 from haystack.utils.deserialization import deserialize_component_inplace
 
-from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase, check_count
-from haystack_state.agent.context.shape import (
+from haystack_state.agent.context._shape import (
     RunWarnings,
     assemble,
     head_end,
@@ -21,7 +20,8 @@ from haystack_state.agent.context.shape import (
     must_keep_from,
     step_back_to_cut,
 )
-from haystack_state.agent.context.tokens import token_meter
+from haystack_state.agent.context._tokens import token_meter
+from haystack_state.agent.context.base import ContextPlan, ContextView, PolicyBase, check_count
 
 __all__ = ["SlidingWindow", "TokenBudget"]
 
