@@ -12,20 +12,8 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from haystack_state import _cli_text as fmt
 from haystack_state._cli_open import CliError, read_checkpoint
-from haystack_state._cli_text import (
-    WIDTH,
-    clip,
-    command_line,
-    jsonable,
-    meta_json,
-    plural,
-    short_ids,
-    size,
-    table,
-    time_text,
-    type_name,
-)
 from haystack_state._display import summarize
 from haystack_state._transcript import is_conversation, transcript_json, transcript_lines
 from haystack_state.agent._session import pending_tool_calls
@@ -44,15 +32,20 @@ def run_show(args: argparse.Namespace, out: Output) -> None:
         return
     messages = values.get("messages")
     pending = pending_tool_calls(State({}, {"messages": messages}), meta) if is_conversation(messages) else []
-    keys = sorted(values, key=lambda key: -size(values[key]))
+    keys = sorted(values, key=lambda key: -fmt.size(values[key]))
     if args.json:
         document = {
             "thread_id": args.thread,
             "head": meta.checkpoint_id == history[0].checkpoint_id,
-            **meta_json(meta),
+            **fmt.meta_json(meta),
             "interrupted": bool(meta.metadata.get("interrupted")) and bool(pending),
             "keys": [
-                {"key": k, "type": type_name(values[k]), "size": size(values[k]), "value": jsonable(values[k])}
+                {
+                    "key": k,
+                    "type": fmt.type_name(values[k]),
+                    "size": fmt.size(values[k]),
+                    "value": fmt.jsonable(values[k]),
+                }
                 for k in keys
             ],
             "pending_tool_calls": [{"id": c.id, "tool_name": c.tool_name, "arguments": c.arguments} for c in pending],
@@ -64,18 +57,18 @@ def run_show(args: argparse.Namespace, out: Output) -> None:
     where_ = " (head)" if meta.checkpoint_id == history[0].checkpoint_id else ""
     out(f"thread      {args.thread}")
     out(f"checkpoint  {meta.checkpoint_id}{where_}")
-    out(f"step        {meta.step}, {meta.source}, {time_text(meta.created_at)}")
+    out(f"step        {meta.step}, {meta.source}, {fmt.time_text(meta.created_at)}")
     out("")
     rows = [("KEY", "TYPE", "BYTES", "VALUE")]
-    rows += [(k, type_name(values[k]), f"{size(values[k]):,}", summarize(values[k], 50)) for k in keys]
-    for line in table(rows, right=[2]) if keys else ["(no values)"]:
+    rows += [(k, fmt.type_name(values[k]), f"{fmt.size(values[k]):,}", summarize(values[k], 50)) for k in keys]
+    for line in fmt.table(rows, right=[2]) if keys else ["(no values)"]:
         out(line)
     out("")
     summary = _summary_json(values.get("context_summary"))
     if summary is not None:
         start, end = summary["covers"]
         out(f"context summary: covers messages {start}-{end - 1} of {len(messages or [])} ({summary['tokens']} tokens)")
-        for line in textwrap.wrap(summary["text"], WIDTH - 2) or [""]:
+        for line in textwrap.wrap(summary["text"], fmt.WIDTH - 2) or [""]:
             out(f"  {line}")
         out("")
     requests = _interrupts(meta)
@@ -83,8 +76,8 @@ def run_show(args: argparse.Namespace, out: Output) -> None:
         out("interrupted: waiting for Agent.resume; pending interrupts:")
         for request in requests:
             value = request.get("value")
-            shown = json.dumps(jsonable(value), ensure_ascii=False) if value is not None else "-"
-            out(f"  {request.get('id')}  {request.get('kind')}  {request.get('tool_name')}  {clip(shown, 60)}")
+            shown = json.dumps(fmt.jsonable(value), ensure_ascii=False) if value is not None else "-"
+            out(f"  {request.get('id')}  {request.get('kind')}  {request.get('tool_name')}  {fmt.clip(shown, 60)}")
         out("")
     if not pending:
         out("pending tool calls: none")
@@ -128,13 +121,18 @@ def _show_key(
         )
     value = values[args.key]
     if args.json:
-        document = {"key": args.key, "type": type_name(value), "size": size(value), "value": jsonable(value)}
+        document = {
+            "key": args.key,
+            "type": fmt.type_name(value),
+            "size": fmt.size(value),
+            "value": fmt.jsonable(value),
+        }
         out(json.dumps(document, indent=2, ensure_ascii=False))
         return
     if is_conversation(value) and value:  # a conversation reads as a transcript, as `log` prints it
         _transcript(args, history, meta, value, out)
         return
-    rendered = jsonable(value)
+    rendered = fmt.jsonable(value)
     out(rendered if isinstance(rendered, str) else json.dumps(rendered, indent=2, ensure_ascii=False))
 
 
@@ -147,9 +145,9 @@ def run_log(args: argparse.Namespace, out: Output) -> None:
             f"(keys: {', '.join(sorted(values)) or 'none'})"
         )
     if not is_conversation(messages):
-        shown = command_line("show", args.db, args.thread, "--key", "messages", "--json", schema=args.schema)
+        shown = fmt.command_line("show", args.db, args.thread, "--key", "messages", "--json", schema=args.schema)
         raise CliError(
-            f"the messages of thread '{args.thread}' are {type_name(messages)}, not chat messages (see them with: "
+            f"the messages of thread '{args.thread}' are {fmt.type_name(messages)}, not chat messages (see them with: "
             f"{shown})"
         )
     _transcript(args, history, meta, list(messages), out)
@@ -161,12 +159,12 @@ def _transcript(
     head = meta.checkpoint_id == history[0].checkpoint_id
     if args.json:
         records = transcript_json(messages, args.thread)
-        document = {"thread_id": args.thread, "head": head, **meta_json(meta), "messages": records}
+        document = {"thread_id": args.thread, "head": head, **fmt.meta_json(meta), "messages": records}
         out(json.dumps(document, indent=2, ensure_ascii=False))
         return
-    short = short_ids(history)[meta.checkpoint_id]
-    at = f"{short}{' (head)' if head else ''}, step {meta.step}, {time_text(meta.created_at)}"
-    out(f"thread '{args.thread}' at checkpoint {at}: {plural(len(messages), 'message')}")
+    short = fmt.short_ids(history)[meta.checkpoint_id]
+    at = f"{short}{' (head)' if head else ''}, step {meta.step}, {fmt.time_text(meta.created_at)}"
+    out(f"thread '{args.thread}' at checkpoint {at}: {fmt.plural(len(messages), 'message')}")
     out("")
     for line in transcript_lines(messages):
         out(line)

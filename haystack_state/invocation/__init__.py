@@ -1,10 +1,10 @@
 """
 Running a model's tool calls against a State: reading what the model sent, hostile or not (:mod:`.arguments`),
-planning the calls (resolve, validate, order by what they read and write; :mod:`.calls`), the books and the control
-flow of a batch, written once (:mod:`.batch`), one call's scope (:mod:`.scope`), the sync and async runners that
+planning the calls (resolve, validate, order by what they read and write; :mod:`._calls`), the books and the control
+flow of a batch, written once (:mod:`._batch`), one call's scope (:mod:`._scope`), the sync and async runners that
 execute the flow, merging atomically in call order with timeouts, in daemon worker threads, each call in its tracing
-span (:mod:`.run`, :mod:`.timeouts`, :mod:`.workers`, :mod:`.spans`), the options of a run in one frozen object
-(:mod:`.settings`), and the ``ToolInvoker`` component (:mod:`.invoker`).
+span (:mod:`._run`, :mod:`._timeouts`, :mod:`._workers`, :mod:`._spans`), the options of a run in one frozen object
+(:mod:`._settings`), and the ``ToolInvoker`` component (:mod:`._invoker`).
 """
 
 from haystack_state.invocation._invoker import ToolInvoker

@@ -1,5 +1,5 @@
 """
-One batch of a model's tool calls, with no I/O, written once for the sync and the async runner (:mod:`.run`):
+One batch of a model's tool calls, with no I/O, written once for the sync and the async runner (:mod:`._run`):
 
 - :class:`ToolBatch` keeps the books: which calls may start (the calls they depend on are merged), their retries, and
   merging finished calls into the State strictly in the order the model listed them, each call all or nothing;

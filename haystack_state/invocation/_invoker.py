@@ -1,5 +1,5 @@
 """
-``ToolInvoker``: a Haystack component that runs a model's tool calls against a State (see :mod:`.run`).
+``ToolInvoker``: a Haystack component that runs a model's tool calls against a State (see :mod:`._run`).
 """
 
 from __future__ import annotations

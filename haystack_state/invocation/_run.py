@@ -5,7 +5,7 @@ control flow is written once (:func:`~haystack_state.invocation._batch.batch_flo
 :func:`run_tool_batch` in daemon worker threads (:class:`ThreadRunner`), :func:`run_tool_batch_async` as tasks
 (:class:`TaskRunner`). Calls start when the calls they depend on are merged, and are merged into the State strictly
 in the order the model listed them, each call all or nothing. A call that stops at ``interrupt()``, a held call and
-the calls depending on either produce no result and merge nothing; the outcome lists them (:mod:`.outcome`).
+the calls depending on either produce no result and merge nothing; the outcome lists them (:mod:`._outcome`).
 :func:`run_tool_calls` and :func:`run_tool_calls_async` return just the messages.
 
 The options of a run (``raise_on_failure``, ``max_workers``, ``tool_timeout``, ...) come in one frozen

@@ -4,7 +4,7 @@ Tool call timeouts: which timeout a call has, and the deadlines of the calls a s
 A call's timeout is its tool's own (``@tool(timeout=...)``, or a ``timeout`` attribute on any haystack ``Tool``), else
 the runner's ``tool_timeout``; None means no timeout. A call over time becomes a ``ToolTimeoutError`` result and merges
 nothing, whatever it does later: an async tool is cancelled, a sync one is abandoned in its daemon worker thread (see
-:mod:`.workers`).
+:mod:`._workers`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import contextlib
 import json
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -45,7 +45,7 @@ from haystack_state._driver import run_flow, run_flow_async
 from haystack_state.errors import StoreError
 from haystack_state.store import ops
 from haystack_state.store._search import Condition
-from haystack_state.store._sql import prefix_sql, search_clauses
+from haystack_state.store._sql import COLUMNS, SearchSQL, prefix_sql, search_query
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
 
@@ -75,7 +75,6 @@ MIGRATIONS: list[tuple[str, ...]] = [
 
 _VISIBLE = "(s.expires_at IS NULL OR s.expires_at > %(now)s)"
 _ITEM = "s.namespace = %(ns)s AND s.key = %(key)s"
-_COLUMNS = "s.namespace, s.key, s.value, s.created_at, s.updated_at, s.ttl"
 _SIGNS = {"$eq": "=", "$ne": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 #: A store script yields ``(template, params, fetch)`` (see :func:`~haystack_state._db.postgres.fetched`).
 Script = Generator[tuple[str, dict[str, Any], str], Any, Any]
@@ -109,6 +108,17 @@ def _condition_sql(index: int, condition: Condition, params: dict[str, Any]) -> 
         sign = _SIGNS[condition.op]
         equal = f"({kind} = 'number' AND (s.doc ->> %({name}f)s)::numeric {sign} %({name})s::numeric)"
     return f"NOT COALESCE({equal}, false)" if condition.op == "$ne" else f"COALESCE({equal}, false)"
+
+
+def _ranked(terms: Sequence[str], params: dict[str, Any]) -> tuple[str, str, str, str]:
+    """A full-text query on ``tsv``, ranked by ``ts_rank`` (the statement's 7th column)."""
+    params["query"] = " | ".join(terms)
+    source = "{items} AS s, to_tsquery('english', %(query)s) AS q(query)"
+    return "ts_rank(s.tsv, q.query)::float8", source, "s.tsv @@ q.query", "7 DESC"
+
+
+#: A search's statement on PostgreSQL (the items' table is named when the statement runs).
+_SEARCH = SearchSQL(_mark, _condition_sql, "{items}", "s.doc IS NULL", "ALL", "NULL::float8", _ranked)
 
 
 @contextlib.contextmanager
@@ -310,7 +320,7 @@ class PostgresStore(Store):
 
     @staticmethod
     def _get(op: ops.Get) -> Script:
-        found = yield _on_item(op, f"SELECT {_COLUMNS} FROM {{items}} AS s WHERE {_ITEM} AND {_VISIBLE}")
+        found = yield _on_item(op, f"SELECT {COLUMNS} FROM {{items}} AS s WHERE {_ITEM} AND {_VISIBLE}")
         return Row(*found) if found is not None else None
 
     @staticmethod
@@ -350,20 +360,5 @@ class PostgresStore(Store):
 
     @staticmethod
     def _search(op: ops.Search) -> Script:
-        where, page, params = search_clauses(op, _mark, _condition_sql, unchecked="s.doc IS NULL", no_limit="ALL")
-        vector = ", s.vector" if op.vectors else ", NULL"
-        if op.terms is None:
-            template = (
-                f"SELECT {_COLUMNS}, NULL::float8{vector} FROM {{items}} AS s WHERE {where} "
-                f"ORDER BY s.updated_at DESC, s.namespace, s.key{page}"
-            )
-        else:
-            params["query"] = " | ".join(op.terms)
-            template = (
-                f"SELECT {_COLUMNS}, ts_rank(s.tsv, q.query)::float8{vector} FROM {{items}} AS s, "
-                "to_tsquery('english', %(query)s) AS q(query) "
-                f"WHERE s.tsv @@ q.query AND {where} "
-                f"ORDER BY 7 DESC, s.updated_at DESC, s.namespace, s.key{page}"
-            )
-        rows = yield (template, params, ALL)
+        rows = yield (*search_query(op, _SEARCH), ALL)
         return [Row(*found) for found in rows]

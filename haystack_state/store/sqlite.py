@@ -11,7 +11,7 @@ same operations on a small thread pool, so they never block the event loop (as t
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from haystack_state._db.sqlite import SQLitePool, transaction
 from haystack_state.errors import StoreError
 from haystack_state.store import ops
 from haystack_state.store._search import Condition
-from haystack_state.store._sql import prefix_sql, search_clauses
+from haystack_state.store._sql import COLUMNS, SearchSQL, prefix_sql, search_query
 from haystack_state.store.base import Store
 from haystack_state.store.records import Row
 
@@ -54,7 +54,6 @@ MIGRATIONS: list[tuple[str, ...]] = [
 ]
 
 _VISIBLE = "(s.expires_at IS NULL OR s.expires_at > :now)"
-_COLUMNS = "s.namespace, s.key, s.value, s.created_at, s.updated_at, s.ttl"
 _TYPES = {"str": "= 'text'", "number": "IN ('integer', 'real')", "true": "= 'true'", "false": "= 'false'"}
 
 
@@ -78,6 +77,16 @@ def _condition_sql(index: int, condition: Condition, params: dict[str, Any]) -> 
         sign = {"$eq": "=", "$ne": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[condition.op]
         equal = f"({kind} {test} AND json_extract(s.value, :{name}p) {sign} :{name})"
     return f"NOT COALESCE({equal}, 0)" if condition.op == "$ne" else f"COALESCE({equal}, 0)"
+
+
+def _ranked(terms: Sequence[str], params: dict[str, Any]) -> tuple[str, str, str, str]:
+    """A full-text query of the FTS5 table, each term quoted, ranked by ``bm25`` (lower is better)."""
+    params["match"] = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    return f"-bm25({FTS})", f"{FTS} JOIN {ITEMS} AS s ON s.id = {FTS}.rowid", f"{FTS} MATCH :match", f"bm25({FTS})"
+
+
+#: A search's statement on SQLite.
+_SEARCH = SearchSQL(_mark, _condition_sql, ITEMS, "s.plain = 0", "-1", "NULL", _ranked)
 
 
 class SQLiteStore(Store):
@@ -119,7 +128,7 @@ class SQLiteStore(Store):
         with self._connection() as conn:
             if isinstance(op, ops.Get):
                 found = conn.execute(
-                    f"SELECT {_COLUMNS} FROM {ITEMS} AS s WHERE s.namespace = :ns AND s.key = :key AND {_VISIBLE}",
+                    f"SELECT {COLUMNS} FROM {ITEMS} AS s WHERE s.namespace = :ns AND s.key = :key AND {_VISIBLE}",
                     {"ns": op.namespace, "key": op.key, "now": op.now},
                 ).fetchone()
                 return Row(*found) if found is not None else None
@@ -188,21 +197,7 @@ class SQLiteStore(Store):
         ).rowcount
 
     def _search(self, conn: sqlite3.Connection, op: ops.Search) -> list[Row]:
-        where, page, params = search_clauses(op, _mark, _condition_sql, unchecked="s.plain = 0", no_limit="-1")
-        vector = ", s.vector" if op.vectors else ", NULL"
-        if op.terms is None:
-            query = (
-                f"SELECT {_COLUMNS}, NULL{vector} FROM {ITEMS} AS s WHERE {where} "
-                f"ORDER BY s.updated_at DESC, s.namespace, s.key{page}"
-            )
-        else:
-            params["match"] = " OR ".join('"' + term.replace('"', '""') + '"' for term in op.terms)
-            query = (
-                f"SELECT {_COLUMNS}, -bm25({FTS}){vector} FROM {FTS} JOIN {ITEMS} AS s ON s.id = {FTS}.rowid "
-                f"WHERE {FTS} MATCH :match AND {where} "
-                f"ORDER BY bm25({FTS}), s.updated_at DESC, s.namespace, s.key{page}"
-            )
-        return [Row(*found) for found in conn.execute(query, params)]
+        return [Row(*found) for found in conn.execute(*search_query(op, _SEARCH))]
 
     @contextmanager
     def _raw_connection(self) -> Iterator[sqlite3.Connection]:

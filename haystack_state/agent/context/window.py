@@ -1,7 +1,7 @@
 """
 Trimming policies: ``SlidingWindow`` (the last turns) and ``TokenBudget`` (the recent messages that fit a budget).
 
-Both send ``head + messages[cut:]`` (see :mod:`.shape`) and choose the cut walking back from the end, so their cost
+Both send ``head + messages[cut:]`` (see :mod:`._shape`) and choose the cut walking back from the end, so their cost
 is that of what they send.
 """
 
