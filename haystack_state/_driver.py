@@ -67,13 +67,24 @@ def run_flow(
     :param check: Runs before each operation; an exception it raises closes the flow and propagates.
     :returns: The flow's return value.
     """
-    with _Driving(flow, wrap, check) as driving:
-        while (op := driving.next()) is not _DONE:
+    result: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
             try:
-                driving.result = step(op)
+                op = flow.send(result) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                value: T = stop.value
+                return value
+            if check is not None:
+                check()
+            try:
+                result, error = step(op), None
             except Exception as exc:
-                driving.fail(op, exc)
-    return driving.value
+                result, error = None, _wrapped(wrap, op, exc)
+    except BaseException:
+        flow.close()
+        raise
 
 
 async def run_flow_async(
@@ -84,57 +95,24 @@ async def run_flow_async(
     check: Callable[[], None] | None = None,
 ) -> T:
     """:func:`run_flow`, awaiting each operation (a cancelled task closes the flow where it is)."""
-    with _Driving(flow, wrap, check) as driving:
-        while (op := driving.next()) is not _DONE:
+    result: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
             try:
-                driving.result = await step(op)
+                op = flow.send(result) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                value: T = stop.value
+                return value
+            if check is not None:
+                check()
+            try:
+                result, error = await step(op), None
             except Exception as exc:
-                driving.fail(op, exc)
-    return driving.value
-
-
-#: What :meth:`_Driving.next` returns once the flow has returned.
-_DONE: Any = object()
-
-
-class _Driving(Generic[T]):
-    """
-    One flow being run: what both drivers share. It sends each result (or throws each error) into the flow, and
-    closes the flow if anything escapes the ``with`` block (an error, a cancellation), so its ``finally`` blocks run.
-    """
-
-    __slots__ = ("check", "error", "flow", "result", "value", "wrap")
-
-    def __init__(
-        self, flow: Flow[T], wrap: Callable[[Any, Exception], BaseException], check: Callable[[], None] | None
-    ) -> None:
-        self.flow, self.wrap, self.check = flow, wrap, check
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.value: T
-
-    def __enter__(self) -> _Driving[T]:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is not None:
-            self.flow.close()
-
-    def next(self) -> Any:
-        """The flow's next operation, given the last one's result or error; :data:`_DONE` once it has returned."""
-        error, self.error = self.error, None
-        try:
-            op = self.flow.send(self.result) if error is None else self.flow.throw(error)
-        except StopIteration as stop:
-            self.value = stop.value
-            return _DONE
-        if self.check is not None:
-            self.check()
-        return op
-
-    def fail(self, op: Any, exc: Exception) -> None:
-        """The operation ``op`` raised ``exc``: throw it (wrapped) into the flow next."""
-        self.result, self.error = None, _wrapped(self.wrap, op, exc)
+                result, error = None, _wrapped(wrap, op, exc)
+    except BaseException:
+        flow.close()
+        raise
 
 
 def _wrapped(wrap: Callable[[Any, Exception], BaseException], op: Any, exc: Exception) -> BaseException:
