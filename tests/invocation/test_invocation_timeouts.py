@@ -303,6 +303,10 @@ CTRL_C_SCRIPT = textwrap.dedent(
 )
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("runner", "count"), [("invoker", 1), ("invoker", 3), ("agent", 1), ("agent", 3)])
 def test_ctrl_c_stops_a_sync_run_at_once(tmp_path: Path, runner: str, count: int) -> None:
@@ -318,6 +322,9 @@ def test_ctrl_c_stops_a_sync_run_at_once(tmp_path: Path, runner: str, count: int
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # As in a terminal: a test run started in the background by a shell without job control ignores SIGINT, and
+        # a child would inherit that (Python then installs no KeyboardInterrupt handler).
+        preexec_fn=_default_sigint,
     )
     try:
         assert process.stdout is not None
