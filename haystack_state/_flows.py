@@ -86,7 +86,7 @@ class FlowDriver(abc.ABC):
         self._check_open()
         return await run_flow_async(flow, self._astep, wrap=self._wrap)
 
-    def _wrap(self, op: Any, exc: Exception) -> BaseException:
+    def _wrap(self, op: object, exc: Exception) -> BaseException:
         """An operation's error as thrown back into its flow: ours as is, a driver's as ``_storage_error``."""
         return driver_error(op, exc, self._storage_error)
 

@@ -163,7 +163,7 @@ class TypeCheck:
     :raises TypeError: If the type cannot be checked at all.
     """
 
-    def __init__(self, tp: Any) -> None:
+    def __init__(self, tp: object) -> None:
         self.type = tp
         self.name = type_name(tp)
         self.is_any = tp is Any or tp is object
@@ -256,11 +256,11 @@ def _value_path(value: Any, loc: tuple[int | str, ...]) -> list[int | str]:
 
 
 @functools.lru_cache(maxsize=512)
-def _cached_check(tp: Any) -> TypeCheck:
+def _cached_check(tp: object) -> TypeCheck:
     return TypeCheck(tp)
 
 
-def type_check(tp: Any) -> TypeCheck:
+def type_check(tp: object) -> TypeCheck:
     """
     A (cached) :class:`TypeCheck` for ``tp``.
 

@@ -107,7 +107,7 @@ def transient_error(error: BaseException) -> bool:
     return any((cls.__module__.partition(".")[0], cls.__name__) in _TRANSIENT_CLASSES for cls in type(error).__mro__)
 
 
-def _is_error_type(value: Any) -> bool:
+def _is_error_type(value: object) -> bool:
     return isinstance(value, type) and issubclass(value, BaseException)
 
 
@@ -259,7 +259,7 @@ class RetryPolicy:
         return cls(**params)
 
 
-def retry_policies(value: Any, what: str) -> tuple[RetryPolicy | None, RetryPolicy | None]:
+def retry_policies(value: object, what: str) -> tuple[RetryPolicy | None, RetryPolicy | None]:
     """
     Validate an Agent's ``retry_policy``: a :class:`RetryPolicy` (for model and tool calls), a mapping of
     ``"model"`` and/or ``"tools"`` to a policy (or None), or None.

@@ -426,7 +426,7 @@ def _render(config: Mapping[str, Any], result: object, convert: bool | None) -> 
 
 
 def result_message(
-    spec: ToolSpec, tool_call: ToolCall, result: Any, convert_result_to_json_string: bool | None = None
+    spec: ToolSpec, tool_call: ToolCall, result: object, convert_result_to_json_string: bool | None = None
 ) -> ChatMessage:
     """
     The tool result message for a successful call, honouring ``outputs_to_string`` as haystack-ai defines it: one

@@ -78,7 +78,7 @@ def _optional(description: str) -> Any:
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 
 
-def json_answer(content: Any, headers: Mapping[str, str] | None = None) -> Response:
+def json_answer(content: object, headers: Mapping[str, str] | None = None) -> Response:
     """
     A 200 answer of ``content`` as JSON, in the bytes FastAPI writes for a route that returns it with a
     ``dict``/``list``/``Any`` return type (pydantic's ``dump_json``: non-finite floats as ``null``), without its

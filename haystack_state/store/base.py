@@ -301,7 +301,9 @@ class Store(FlowDriver):
 
     # --- flows --------------------------------------------------------------------------------------------------
 
-    def _put_flow(self, namespace: Any, key: Any, value: Any, ttl: Any, index: bool | list[str] | None) -> Flow[None]:
+    def _put_flow(
+        self, namespace: object, key: object, value: Any, ttl: object, index: bool | list[str] | None
+    ) -> Flow[None]:
         labels = check_namespace(namespace)
         key = check_key(key, labels)
         encoded, text = encode_value(value, labels, key)
@@ -408,7 +410,7 @@ class Store(FlowDriver):
         return [(item, row) for _, item, row in scored] + unscored
 
     def _namespaces_flow(
-        self, prefix: object, suffix: object, max_depth: object, limit: object, offset: Any
+        self, prefix: object, suffix: object, max_depth: object, limit: object, offset: object
     ) -> Flow[list[tuple[str, ...]]]:
         head = check_prefix(prefix, "prefix")
         tail = check_prefix(suffix, "suffix")

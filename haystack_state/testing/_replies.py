@@ -50,13 +50,13 @@ class Reply:
         return calls if self.text is None else {"text": self.text, "tool_calls": calls}
 
 
-def _parse_tool_call(value: Any, where: str) -> ToolCallSpec:
+def _parse_tool_call(value: object, where: str) -> ToolCallSpec:
     if isinstance(value, tuple | list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], dict):
         return value[0], dict(value[1])
     raise TypeError(f"{where}: a tool call must be a (tool_name, arguments_dict) pair, got {value!r}.")
 
 
-def parse_reply(value: Any, where: str) -> Reply:
+def parse_reply(value: object, where: str) -> Reply:
     """Normalize one scripted (or policy) reply into a ``_Reply``."""
     if isinstance(value, ChatMessage):
         return Reply(message=value)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Collection
-from typing import Any
 
 __all__ = [
     "TOOL_NAME_PATTERN",
@@ -58,7 +57,7 @@ def check_tool_name(name: object) -> list[str]:
 
 
 def check_outputs_to_state(
-    tool_name: str, outputs_to_state: Any, valid_sources: Collection[str] | None = None
+    tool_name: str, outputs_to_state: object, valid_sources: Collection[str] | None = None
 ) -> list[str]:
     """
     Check an ``outputs_to_state`` mapping.
@@ -95,7 +94,7 @@ def check_outputs_to_state(
 
 
 def check_outputs_to_string(
-    tool_name: str, outputs_to_string: Any, valid_sources: Collection[str] | None = None
+    tool_name: str, outputs_to_string: object, valid_sources: Collection[str] | None = None
 ) -> list[str]:
     """
     Check an ``outputs_to_string`` configuration (haystack-ai's format).
