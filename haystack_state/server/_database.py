@@ -135,10 +135,6 @@ class Database(abc.ABC):
         """
         yield from ()
 
-    def work(self, flow: Callable[[], Flow[T]], *, write: bool = False) -> Work[T]:
-        """A :class:`Work` of this database."""
-        return Work(self, flow, write=write)
-
     def read(self, query: str, params: Mapping[str, Any] | None = None) -> Work[list[Row]]:
         """A read of one statement, as a :class:`Work`: its rows."""
         return Work(self, functools.partial(_rows, query, params), write=False)
