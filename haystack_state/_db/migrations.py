@@ -12,6 +12,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from haystack_state._db.sqlite import enter_wal
+
 if TYPE_CHECKING:
     import psycopg
     from psycopg import sql
@@ -209,7 +211,7 @@ class SQLiteSchema:
                 if read_only:
                     self.check(conn, pool.path)
                 else:
-                    conn.execute("PRAGMA journal_mode=WAL")
+                    enter_wal(conn, pool.timeout)
                     migrate_sqlite(conn, self.table, self.migrations, self.newer)
         except sqlite3.DatabaseError as exc:
             pool.close()

@@ -17,6 +17,7 @@ import errno
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ __all__ = [
     "SQLitePool",
     "WouldBlock",
     "connect_read_only",
+    "enter_wal",
     "is_busy",
     "lenient_read",
     "transaction",
@@ -69,6 +71,30 @@ def is_busy(error: BaseException) -> bool:
     """Whether a SQLite error says that the database is locked by another connection (``SQLITE_BUSY``/``LOCKED``)."""
     code = getattr(error, "sqlite_errorcode", None)
     return isinstance(error, sqlite3.OperationalError) and code is not None and code & 0xFF in (5, 6)
+
+
+def enter_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """
+    Put the database in WAL mode, waiting up to ``timeout`` seconds for other connections.
+
+    The switch reads the file's header, then upgrades to a write; SQLite calls no busy handler on such an upgrade,
+    so a process that meets another one's switch (workers opening one new file together) would fail at once with
+    "database is locked". It is tried again instead, until the connection's own timeout.
+
+    :param conn: A connection outside any transaction.
+    :param timeout: How long to keep trying, in seconds (the connection's busy timeout).
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def lenient_read(
@@ -225,7 +251,7 @@ class SQLitePool:
             return connect_read_only(self.path, timeout=timeout)
         conn = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
         if self._wal:
-            conn.execute("PRAGMA journal_mode=WAL")
+            enter_wal(conn, timeout)
         conn.execute("PRAGMA synchronous=NORMAL")
         if inline:
             conn.execute("PRAGMA wal_autocheckpoint=0")  # a background thread checkpoints (SQLiteFile)
