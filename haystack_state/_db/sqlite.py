@@ -250,11 +250,17 @@ class SQLitePool:
         if self.read_only:
             return connect_read_only(self.path, timeout=timeout)
         conn = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
-        if self._wal:
-            enter_wal(conn, timeout)
-        conn.execute("PRAGMA synchronous=NORMAL")
-        if inline:
-            conn.execute("PRAGMA wal_autocheckpoint=0")  # a background thread checkpoints (SQLiteFile)
+        try:
+            if self._wal:
+                enter_wal(conn, timeout)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            if inline:
+                conn.execute("PRAGMA wal_autocheckpoint=0")  # a background thread checkpoints (SQLiteFile)
+        except sqlite3.Error as error:
+            conn.close()
+            if inline and is_busy(error):  # another connection holds the file: open one in a thread instead
+                raise WouldBlock from error
+            raise
         return conn
 
     @contextmanager

@@ -191,3 +191,32 @@ def test_an_operation_that_is_not_the_tables_is_refused_by_name(tmp_path: Any) -
         assert Work(storage.database, lambda: (yield Rows("SELECT 2")), write=False).result() == [(2,)]
     finally:
         storage.close()
+
+
+def test_a_read_on_the_loop_that_meets_a_locked_new_file_waits_for_it_in_a_thread(tmp_path: Any) -> None:
+    """
+    The first connection the loop opens on a file switches it to WAL; when another process holds the file (here a
+    connection in an exclusive transaction), the read is done in a worker thread, which waits for the lock, instead
+    of failing with "database is locked".
+    """
+    import sqlite3
+
+    path = str(tmp_path / "server.db")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("CREATE TABLE kept (x)")
+    other.execute("BEGIN EXCLUSIVE")
+    database = SQLiteDatabase(path, timeout=10.0)
+    try:
+
+        async def main() -> Any:
+            asyncio.get_running_loop().call_later(0.3, other.execute, "COMMIT")
+            return await database.read("SELECT 1")
+
+        assert asyncio.run(main()) == [(1,)]
+        other.close()
+        check = sqlite3.connect(path)
+        assert check.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        check.close()
+    finally:
+        database.close()
+        other.close()
