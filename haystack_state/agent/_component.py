@@ -21,14 +21,14 @@ from haystack_state.agent import _lifecycle as lifecycle
 from haystack_state.agent import _streaming as streaming
 from haystack_state.agent import _thread_methods as thread_methods
 from haystack_state.agent._agent_setup import AgentSetup, check_limits, configure
-from haystack_state.agent._continuation import UnfinishedCalls, check_unfinished_calls
+from haystack_state.agent._continuation import check_unfinished_calls
 from haystack_state.agent._hooks import normalize_hooks
 from haystack_state.agent._prompts import RequiredVariables
 from haystack_state.agent._run_config import RunOptions
 from haystack_state.agent._runner import execute, execute_async, runtime_tools
 from haystack_state.agent._toolbox import ToolsArg
 from haystack_state.agent.context import ContextPolicy
-from haystack_state.agent.protocols import DecisionLike
+from haystack_state.agent.protocols import DecisionLike, UnfinishedCalls
 from haystack_state.invocation._timeouts import check_max_tool_calls, check_timeout
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.retry import RetryPolicy

@@ -2,19 +2,27 @@
 Continuation planning: how a run goes on from a thread whose last run did not finish. A run that stopped for a human
 (``interrupt_before``, ``interrupt_after``, ``interrupt()``) is resumed with decisions and answers
 (:func:`apply_decisions`, checked against the requests it waits for); one that stopped early (a crash, a cancel)
-is finished, closed or refused by the ``on_unfinished_calls`` policy (:data:`UnfinishedCalls`). All of it is decided by
-:func:`plan_continuation` before anything is committed.
+is finished, closed or refused by the ``on_unfinished_calls`` policy (:data:`.protocols.UnfinishedCalls`). All of it
+is decided by :func:`plan_continuation` before anything is committed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, get_args
 
 from haystack.dataclasses import ChatMessage, ToolCall
 
-from haystack_state.agent.protocols import Approve, DecisionLike, Edit, InterruptRequest, Reject, as_decision
+from haystack_state.agent.protocols import (
+    Approve,
+    DecisionLike,
+    Edit,
+    InterruptRequest,
+    Reject,
+    UnfinishedCalls,
+    as_decision,
+)
 from haystack_state.errors import ThreadBusyError
 
 if TYPE_CHECKING:
@@ -25,7 +33,6 @@ __all__ = [
     "REJECTED",
     "UNFINISHED_CALLS",
     "Continuation",
-    "UnfinishedCalls",
     "apply_decisions",
     "check_unfinished_calls",
     "in_call_order",
@@ -37,13 +44,8 @@ REJECTED = "A human reviewer rejected this tool call; it was not run."
 #: The error result of a call closed by ``on_unfinished_calls="close"``: ``{why}`` says how its run stopped.
 CLOSED = "This tool call was not run: the run that asked for it {why} before its tools ran, and the thread went on."
 
-UnfinishedCalls = Literal["finish", "close", "refuse"]
-"""
-What a run with new messages does on a thread whose last run stopped with tool calls unanswered (a crash, or a
-cancel, between the model's reply and its tools' results): ``"finish"`` runs them first, ``"close"`` answers them
-with error results saying the run stopped, ``"refuse"`` raises ``ThreadBusyError``. Then the new messages are taken.
-"""
-UNFINISHED_CALLS: tuple[UnfinishedCalls, ...] = ("finish", "close", "refuse")
+#: The values of :data:`.protocols.UnfinishedCalls`.
+UNFINISHED_CALLS: tuple[UnfinishedCalls, ...] = get_args(UnfinishedCalls)
 
 
 #: The key, in the ``answers`` metadata, of the answers given to ``interrupt()`` calls of ``before_tool`` hooks.
@@ -123,7 +125,7 @@ class Continuation:
     :param answers: The answers to ``interrupt()`` calls so far, per call id (and :data:`HOOK_ANSWERS`).
     :param hooks: Whether the ``before_tool`` hooks run (again) before the calls.
     :param then_input: Whether the run's new messages are taken once the unfinished step is finished or closed
-        (see :data:`UnfinishedCalls`), rather than at the start.
+        (see :data:`.protocols.UnfinishedCalls`), rather than at the start.
     """
 
     calling: list[ChatMessage]
@@ -182,9 +184,9 @@ def plan_continuation(
     :param decisions: ``Agent.resume``'s decisions on calls held by ``interrupt_before`` (and reviews of
         ``interrupt_after``), by call id; None for ``run``.
     :param answers: ``Agent.resume``'s answers to ``interrupt()`` requests (and reviews), by request id.
-    :param policy: What new messages do on a thread whose last run stopped early (see :data:`UnfinishedCalls`);
-        ``"close"`` after a cancel and ``"finish"`` after a crash if None. Without new messages, ``"close"`` answers
-        the pending calls with error results instead of running them.
+    :param policy: What new messages do on a thread whose last run stopped early (see
+        :data:`.protocols.UnfinishedCalls`); ``"close"`` after a cancel and ``"finish"`` after a crash if None.
+        Without new messages, ``"close"`` answers the pending calls with error results instead of running them.
     :returns: None if nothing is pending; otherwise the :class:`Continuation`.
     :raises ThreadBusyError: With ``policy="refuse"``, if new messages come while the thread's last run has not
         finished (it stopped early): a ``ThreadConflictError``, so a caller that retries on conflicts retries.

@@ -18,12 +18,11 @@ from haystack.tools.tool import Tool
 from haystack.tools.toolset import Toolset
 
 from haystack_state._schema import FieldSpec
-from haystack_state.agent._continuation import UnfinishedCalls
 from haystack_state.agent._hooks import Hook
 from haystack_state.agent._toolbox import Toolbox
 from haystack_state.agent.context import ContextPolicy
 from haystack_state.agent.events import EventSink
-from haystack_state.agent.protocols import DecisionLike, ExitReason, HookPoint
+from haystack_state.agent.protocols import DecisionLike, ExitReason, HookPoint, UnfinishedCalls
 from haystack_state.invocation._settings import DEFAULT_TOOL_RUN_SETTINGS, ToolRunSettings
 from haystack_state.retry import RetryPolicy
 from haystack_state.store import Store
@@ -105,7 +104,7 @@ class LoopConfig:
     :param summary_key: The state key holding the running summary, if the policy summarizes.
     :param store: The agent's long-term memory store, given to tools, hooks and loaders through ``RunContext``.
     :param on_unfinished_calls: What new messages do on a thread whose last run stopped mid-tools (see
-        :data:`~haystack_state.agent._session.UnfinishedCalls`); by how it stopped if None.
+        :data:`~haystack_state.agent.protocols.UnfinishedCalls`); by how it stopped if None.
     :param resolved_schema: The run's state keys as haystack-ai lists them (``Agent.resolved_state_schema``), for the
         run span's ``haystack.agent.state_schema`` tag.
     :param model_retry: How a failed chat generator call is retried (see :mod:`haystack_state.retry`); never if None.

@@ -38,7 +38,6 @@ from haystack.dataclasses.streaming_chunk import StreamingCallbackT
 from haystack.tools.utils import warm_up_tools, warm_up_tools_async
 
 from haystack_state._driver import Flow
-from haystack_state.agent._continuation import UnfinishedCalls
 from haystack_state.agent._drive import EffectRunner, RunCancelled, drive_async, execute
 from haystack_state.agent._effects import CallModel, Effect, LoadField, RunTools
 from haystack_state.agent._loop import agent_loop
@@ -47,7 +46,7 @@ from haystack_state.agent._runner import effect_runner, open_thread, open_thread
 from haystack_state.agent._session import ThreadSession
 from haystack_state.agent._toolbox import ToolsArg
 from haystack_state.agent.events import AgentEvent, EventSink, RunFailed, RunFinished
-from haystack_state.agent.protocols import DecisionLike
+from haystack_state.agent.protocols import DecisionLike, UnfinishedCalls
 
 if TYPE_CHECKING:
     from haystack_state.agent._component import Agent

@@ -26,6 +26,7 @@ __all__ = [
     "InterruptKind",
     "InterruptRequest",
     "Reject",
+    "UnfinishedCalls",
     "as_decision",
 ]
 
@@ -36,6 +37,12 @@ HookPoint: TypeAlias = Literal["before_run", "before_llm", "before_tool", "after
 #: for an incomplete one), the step limit, an interrupt, a cancel. A run may also exit with the name of an
 #: exit-condition tool, or the value a hook set as ``stop_run``.
 ExitReason: TypeAlias = Literal["text", "length", "content_filter", "max_agent_steps", "interrupted", "cancelled"]
+
+#: What a run with new messages does on a thread whose last run stopped with tool calls unanswered (a crash, or a
+#: cancel, between the model's reply and its tools' results): ``"finish"`` runs them first, ``"close"`` answers them
+#: with error results saying the run stopped, ``"refuse"`` raises ``ThreadBusyError``. Then the new messages are taken.
+#: (``Agent``'s and ``Agent.run``'s ``on_unfinished_calls``.)
+UnfinishedCalls: TypeAlias = Literal["finish", "close", "refuse"]
 
 #: What an interrupted run waits for: ``"before"``, a call held by ``interrupt_before``; ``"interrupt"``, a tool asked
 #: with ``interrupt(value)``; ``"hook"``, a ``before_tool`` hook asked; ``"after"``, a result to review

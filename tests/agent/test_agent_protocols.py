@@ -6,14 +6,14 @@ form through ``InterruptRequest``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from haystack.dataclasses import ChatMessage
 from without_ids import without_ids
 from workers.thread_worker import build_agent
 
-from haystack_state.agent import Approve, Edit, InterruptRequest, Reject
+from haystack_state.agent import Agent, Approve, Edit, InterruptRequest, Reject, UnfinishedCalls
 from haystack_state.agent.protocols import as_decision
 from haystack_state.persistence import InMemoryCheckpointer
 
@@ -68,3 +68,15 @@ def test_an_interrupt_request_round_trips_its_stored_dict(stored: dict[str, Any]
 def test_an_unknown_request_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="Not an interrupt request"):
         InterruptRequest.from_dict({"id": "x", "kind": "later"})
+
+
+def test_the_unfinished_calls_policies_are_the_public_types_values() -> None:
+    """``on_unfinished_calls`` is typed by the exported ``UnfinishedCalls``, and exactly its values are taken."""
+    assert get_args(UnfinishedCalls) == ("finish", "close", "refuse")
+    for method in (Agent.__init__, Agent.run, Agent.run_async, Agent.stream, Agent.stream_async):
+        assert method.__annotations__["on_unfinished_calls"] == "UnfinishedCalls | None", method
+    with InMemoryCheckpointer() as cp:
+        for policy in get_args(UnfinishedCalls):
+            assert build_agent(cp, on_unfinished_calls=policy).run(user("alpha:1"), thread_id=policy)["messages"]
+        with pytest.raises(ValueError, match="on_unfinished_calls must be one of finish, close, refuse"):
+            build_agent(cp, on_unfinished_calls="later")
