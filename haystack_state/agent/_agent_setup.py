@@ -21,11 +21,11 @@ from haystack_state.agent._drive import accepts
 from haystack_state.agent._prompts import PromptTemplates
 from haystack_state.agent._run_config import RESERVED_INPUTS, RESERVED_OUTPUTS, LoopConfig
 from haystack_state.agent._run_state import RUN_KEYS, resolved_schema
-from haystack_state.agent._toolbox import Toolbox, ToolsArg, check_names, unknown_names
+from haystack_state.agent._toolbox import Toolbox, check_names, unknown_names
 from haystack_state.agent.context import ContextPolicy, ContextSummary, policy_tools
 from haystack_state.invocation._settings import ToolRunSettings
 from haystack_state.retry import RetryPolicy, retry_policies
-from haystack_state.tools.spec import ToolSpec
+from haystack_state.tools.spec import ToolsArg, ToolSpec
 
 if TYPE_CHECKING:
     from haystack_state.agent._component import Agent

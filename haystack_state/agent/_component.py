@@ -26,13 +26,13 @@ from haystack_state.agent._hooks import normalize_hooks
 from haystack_state.agent._prompts import RequiredVariables
 from haystack_state.agent._run_config import RunOptions
 from haystack_state.agent._runner import execute, execute_async, runtime_tools
-from haystack_state.agent._toolbox import ToolsArg
 from haystack_state.agent.context import ContextPolicy
 from haystack_state.agent.protocols import DecisionLike, UnfinishedCalls
 from haystack_state.invocation._timeouts import check_max_tool_calls, check_timeout
 from haystack_state.persistence.base import Checkpointer
 from haystack_state.retry import RetryPolicy
 from haystack_state.store import Store
+from haystack_state.tools.spec import ToolsArg
 
 __all__ = ["Agent"]
 

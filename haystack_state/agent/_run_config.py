@@ -28,7 +28,7 @@ from haystack_state.retry import RetryPolicy
 from haystack_state.store import Store
 
 if TYPE_CHECKING:
-    from haystack_state.agent._toolbox import ToolsArg
+    from haystack_state.tools.spec import ToolsArg
 
 __all__ = [
     "EXIT_CANCELLED",

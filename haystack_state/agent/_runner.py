@@ -26,9 +26,9 @@ from haystack_state.agent._thread_methods import (
     open_session,
     open_session_async,
 )
-from haystack_state.agent._toolbox import ToolsArg
 from haystack_state.agent.events import EventSink, ModelChunk
 from haystack_state.agent.protocols import DecisionLike
+from haystack_state.tools.spec import ToolsArg
 
 if TYPE_CHECKING:
     from haystack_state.agent._component import Agent

@@ -44,9 +44,9 @@ from haystack_state.agent._loop import agent_loop
 from haystack_state.agent._run_config import RunControl, RunOptions
 from haystack_state.agent._runner import effect_runner, open_thread, open_thread_async, prepare, runtime_tools
 from haystack_state.agent._session import ThreadSession
-from haystack_state.agent._toolbox import ToolsArg
 from haystack_state.agent.events import AgentEvent, EventSink, RunFailed, RunFinished
 from haystack_state.agent.protocols import DecisionLike, UnfinishedCalls
+from haystack_state.tools.spec import ToolsArg
 
 if TYPE_CHECKING:
     from haystack_state.agent._component import Agent

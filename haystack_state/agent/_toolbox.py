@@ -26,11 +26,9 @@ from haystack.tools.utils import flatten_tools_or_toolsets
 
 from haystack_state._schema import FieldSpec
 from haystack_state.errors import ToolDefinitionError
-from haystack_state.tools.spec import ToolSpec, tool_spec
+from haystack_state.tools.spec import ToolsArg, ToolSpec, tool_spec
 
 __all__ = ["ToolsOfRun", "Toolbox", "check_names", "model_tool", "unknown_names"]
-
-ToolsArg = list[Tool | Toolset] | Toolset
 
 
 def model_tool(spec: ToolSpec) -> Tool:

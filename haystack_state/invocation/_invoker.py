@@ -13,7 +13,6 @@ from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 from haystack.dataclasses.streaming_chunk import StreamingCallbackT, select_streaming_callback
 from haystack.tools.serde_utils import deserialize_tools_or_toolset_inplace, serialize_tools_or_toolset
-from haystack.tools.tool import Tool
 from haystack.tools.toolset import Toolset
 from haystack.tools.utils import flatten_tools_or_toolsets, warm_up_tools, warm_up_tools_async
 from haystack.utils import deserialize_callable, serialize_callable
@@ -25,11 +24,9 @@ from haystack_state.retry import RetryPolicy
 from haystack_state.runtime import RunContext, check_tool_deps
 from haystack_state.state import State
 from haystack_state.store import Store, store_from_dict
-from haystack_state.tools.spec import ToolSpec, tool_specs
+from haystack_state.tools.spec import ToolsArg, ToolSpec, tool_specs
 
 __all__ = ["ToolInvoker"]
-
-ToolsArg = list[Tool | Toolset] | Toolset
 
 #: The attributes of a ``ToolInvoker`` that make its ``ToolRunSettings``.
 _SETTING_ATTRIBUTES = frozenset(

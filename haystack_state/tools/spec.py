@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from haystack.tools.component_tool import ComponentTool as HaystackComponentTool
 from haystack.tools.tool import Tool
@@ -25,7 +25,11 @@ from haystack_state.tools._annotations import context_deps_type, is_state_annota
 from haystack_state.tools._parameters import STREAMING_CALLBACK, ToolParameter, function_parameters
 from haystack_state.tools.component_tool import component_parameters
 
-__all__ = ["ToolSpec", "tool_spec", "tool_specs"]
+__all__ = ["ToolSpec", "ToolsArg", "tool_spec", "tool_specs"]
+
+#: The tools an ``Agent``, a ``ToolInvoker`` or :func:`tool_specs` is given: Tools and Toolsets mixed in a list, or
+#: one Toolset.
+ToolsArg: TypeAlias = list[Tool | Toolset] | Toolset
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,7 @@ def tool_spec(tool: Tool) -> ToolSpec:
     )
 
 
-def tool_specs(tools: list[Tool | Toolset] | Toolset | None) -> dict[str, ToolSpec]:
+def tool_specs(tools: ToolsArg | None) -> dict[str, ToolSpec]:
     """
     Describe every tool of a tool list (tools and Toolsets mixed) or of a Toolset.
 
