@@ -19,6 +19,7 @@ from haystack.tracing.utils import _serializable_value
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from haystack_state._state_store import Write
 from haystack_state._text import replace_surrogates, surrogate_at
 from haystack_state.errors import (
     ToolArgumentsError,
@@ -53,8 +54,6 @@ logger = logging.getLogger(__name__)
 
 #: Stands for "every key": a call with an injected State may read or write any key.
 ALL_KEYS: frozenset[str] = frozenset({"*"})
-
-Write = tuple[str, Any, Any]
 
 
 @dataclasses.dataclass
