@@ -13,10 +13,10 @@ from typing import Any
 from haystack_state.store import ops
 from haystack_state.store._search import Condition
 
-__all__ = ["COLUMNS", "ConditionSQL", "Mark", "SearchSQL", "prefix_sql", "search_query"]
+__all__ = ["COLUMNS", "ConditionSQL", "Placeholder", "SearchSQL", "prefix_sql", "search_query"]
 
 #: A parameter's placeholder from its name.
-Mark = Callable[[str], str]
+Placeholder = Callable[[str], str]
 #: The SQL of one pushable condition (its index, the condition), adding its parameters to the dict given.
 ConditionSQL = Callable[[int, Condition, dict[str, Any]], str]
 #: An item's columns, in the order of :class:`~haystack_state.store.records.Row` (a search adds the score and vector).
@@ -28,7 +28,7 @@ class SearchSQL:
     """How one database writes a store search; :func:`search_query` builds the statement from it."""
 
     #: A parameter's placeholder from its name.
-    mark: Mark
+    mark: Placeholder
     #: The SQL of one pushable condition.
     condition_sql: ConditionSQL
     #: The items' table.
@@ -63,7 +63,7 @@ def search_query(op: ops.Search, sql: SearchSQL) -> tuple[str, dict[str, Any]]:
     return query, params
 
 
-def prefix_sql(prefix: str, params: dict[str, Any], mark: Mark) -> str:
+def prefix_sql(prefix: str, params: dict[str, Any], mark: Placeholder) -> str:
     """The test of ``s.namespace`` for the namespaces under ``prefix`` (``""``: all), its parameters added."""
     if not prefix:
         return "1 = 1"
