@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import textwrap
-from collections.abc import Callable
 from typing import Any
 
 from haystack_state import _cli_text as fmt
@@ -22,10 +21,8 @@ from haystack_state.state import State
 
 __all__ = ["run_log", "run_show"]
 
-Output = Callable[[str], None]
 
-
-def run_show(args: argparse.Namespace, out: Output) -> None:
+def run_show(args: argparse.Namespace, out: fmt.Output) -> None:
     history, meta, values = read_checkpoint(args)
     if args.key is not None:
         _show_key(args, history, meta, values, out)
@@ -112,7 +109,7 @@ def _show_key(
     history: list[CheckpointMeta],
     meta: CheckpointMeta,
     values: dict[str, Any],
-    out: Output,
+    out: fmt.Output,
 ) -> None:
     if args.key not in values:
         raise CliError(
@@ -136,7 +133,7 @@ def _show_key(
     out(rendered if isinstance(rendered, str) else json.dumps(rendered, indent=2, ensure_ascii=False))
 
 
-def run_log(args: argparse.Namespace, out: Output) -> None:
+def run_log(args: argparse.Namespace, out: fmt.Output) -> None:
     history, meta, values = read_checkpoint(args)
     messages = values.get("messages")
     if messages is None:
@@ -154,7 +151,7 @@ def run_log(args: argparse.Namespace, out: Output) -> None:
 
 
 def _transcript(
-    args: argparse.Namespace, history: list[CheckpointMeta], meta: CheckpointMeta, messages: list[Any], out: Output
+    args: argparse.Namespace, history: list[CheckpointMeta], meta: CheckpointMeta, messages: list[Any], out: fmt.Output
 ) -> None:
     head = meta.checkpoint_id == history[0].checkpoint_id
     if args.json:

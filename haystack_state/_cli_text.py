@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from haystack_state.persistence.records import CheckpointMeta
@@ -21,6 +21,7 @@ __all__ = [
     "PROG",
     "SHORT_ID",
     "WIDTH",
+    "Output",
     "clip",
     "command_line",
     "jsonable",
@@ -34,6 +35,9 @@ __all__ = [
     "time_text",
     "type_name",
 ]
+
+#: Where a command writes its lines (``print``, or a test's list).
+Output = Callable[[str], None]
 
 PROG = "haystack-state"
 #: The length of a short id: the end of an id (the random end of a checkpoint's UUIDv7).

@@ -44,6 +44,7 @@ from haystack_state._cli_text import (
     PROG,
     SHORT_ID,
     WIDTH,
+    Output,
     clip,
     command_line,
     jsonable,
@@ -63,8 +64,6 @@ __all__ = ["CliError", "build_parser", "main", "run_command", "short_ids"]
 
 #: The parser (built by the console script's module, without importing haystack).
 build_parser = haystack_state_cli.build_parser
-
-Output = Callable[[str], None]
 
 
 class Declined(CliError):

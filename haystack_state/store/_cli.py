@@ -24,14 +24,12 @@ from collections.abc import Callable
 from typing import Any
 
 from haystack_state._cli_open import Access, open_store
-from haystack_state._cli_text import score_text
+from haystack_state._cli_text import Output, score_text
 from haystack_state.errors import StoreInputError
 from haystack_state.store.base import Store
 from haystack_state.store.records import Item
 
 __all__ = ["run"]
-
-Output = Callable[[str], None]
 
 
 def _namespace(text: str) -> tuple[str, ...]:
