@@ -59,6 +59,7 @@ beside the least that building the same values costs this process (``state_floor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -310,7 +311,7 @@ def sql_step_floor(path: Path, steps: int) -> float:
     ``COMMIT``, with nothing encoded, checked or cached around them.
     """
     _, last = windows(steps)
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         rows = conn.execute(
             "SELECT step, source, tool_names, changed_keys, metadata, delta FROM haystack_state_checkpoints "
             "WHERE thread_id = ? AND step BETWEEN ? AND ? AND source IN ('model', 'tools') AND snapshot IS NULL "

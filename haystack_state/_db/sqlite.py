@@ -18,6 +18,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -237,8 +238,12 @@ class SQLitePool:
         self.lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
         self._inline_idle: list[sqlite3.Connection] = []  # for the event loops' inline operations: they never wait
-        self._all: list[sqlite3.Connection] = []
+        self._all: list[sqlite3.Connection] = []  # one list for the pool's life: the finalizer closes what it holds
         self._single = threading.Lock() if path == ":memory:" else None
+        # A pool dropped without close() (a checkpointer nobody closes, as in a Haystack pipeline) closes its
+        # connections when it is collected or at exit, rather than leaving them to the connections' own
+        # finalizers, which Python 3.13 reports with a ResourceWarning ("unclosed database").
+        weakref.finalize(self, _close_all, self._all)
 
     @property
     def single(self) -> bool:
@@ -326,9 +331,18 @@ class SQLitePool:
             self._executor.shutdown(wait=True)
             self._executor = None
         with self.lock:
-            connections, self._all, self._idle, self._inline_idle = self._all, [], [], []
-        for conn in connections:
-            conn.close()
+            self._idle, self._inline_idle = [], []
+        _close_all(self._all)
+
+
+def _close_all(connections: list[sqlite3.Connection]) -> None:
+    """Close and forget the connections of a pool (closing a closed one does nothing)."""
+    while connections:
+        try:
+            conn = connections.pop()
+        except IndexError:  # another thread closed the last one
+            return
+        conn.close()
 
 
 def connect_read_only(path: str | Path, *, timeout: float = 5.0) -> sqlite3.Connection:

@@ -77,7 +77,7 @@ def check_pairs(messages: list[ChatMessage]) -> None:
 
 
 def checkpoint_bytes(path: Path) -> list[int]:
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # (a connection's own `with` does not close it)
         rows = conn.execute("SELECT length(delta) + length(metadata) FROM haystack_state_checkpoints ORDER BY seq")
         return [row[0] for row in rows]
 

@@ -616,6 +616,35 @@ def test_sqlite_processes_that_open_one_new_file_together_all_open_it(tmp_path: 
         assert outcomes == ["opened"] * processes, f"start {start}: {outcomes}"
 
 
+def test_a_sqlite_pool_dropped_without_close_closes_its_connections(tmp_path: Any) -> None:
+    """
+    A checkpointer, store or server nobody closes (an Agent in a Haystack pipeline) closes its SQLite connections
+    when it is collected, rather than leaving them to their own finalizers, which Python 3.13 reports as a
+    ``ResourceWarning: unclosed database`` (an error under ``-W error``).
+    """
+    import gc
+    import sqlite3
+
+    from haystack_state._db.sqlite import SQLitePool
+
+    pool = SQLitePool(str(tmp_path / "dropped.sqlite"), timeout=5.0)
+    with pool.connection(write=True) as conn, pool.connection(inline=True) as inline:
+        conn.execute("CREATE TABLE t (x)")
+    del pool
+    gc.collect()
+    for left in (conn, inline):
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            left.execute("SELECT 1")
+
+    closed = SQLitePool(str(tmp_path / "closed.sqlite"), timeout=5.0)
+    closed.close()
+    with closed.connection() as again:  # a closed pool opens connections again when asked
+        assert again.execute("SELECT 1").fetchone() == (1,)
+    closed.close()
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        again.execute("SELECT 1")
+
+
 @pytest.mark.postgres
 def test_postgres_borrows_a_given_pool_without_closing_it(postgres_dsn: str, postgres_schema: str) -> None:
     from psycopg_pool import ConnectionPool
